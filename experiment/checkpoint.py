@@ -1,0 +1,94 @@
+"""Checkpoints: atomic writes, safe loads, and the checks that a checkpoint fits a model.
+
+A checkpoint is a dict of tensors and plain data only (the config as a mapping, never a
+pickled object), written to a temporary file and renamed into place, and read back with
+torch.load(weights_only=True).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+FORMAT = "awd-lstm-heads/1"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used; str(error) is one line naming the file and the problem."""
+
+
+def save_atomic(obj: dict, path: str | Path) -> None:
+    """Write `obj` to `path` so that a crash at any moment leaves either the old file or the new."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)   # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: str | Path, map_location="cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises several types for truncated or foreign files
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first_line[:200]})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a checkpoint of this repository (expected format {FORMAT})")
+    return ckpt
+
+
+def resolve_checkpoint_path(path: str | Path, name: str = "best.pt") -> Path:
+    """A run directory means its `name` checkpoint; a file is taken as it is."""
+    path = Path(path)
+    return path / name if path.is_dir() else path
+
+
+def check_vocabulary(ckpt: dict, corpus, path) -> None:
+    if ckpt["vocab_size"] != corpus.vocab_size or ckpt["vocab_sha256"] != corpus.vocab_sha256:
+        raise CheckpointError(
+            f"{path}: the checkpoint's vocabulary ({ckpt['vocab_size']} words) is not the "
+            f"vocabulary of the {corpus.name} corpus in use ({corpus.vocab_size} words); "
+            f"check data.dataset and the data directory")
+
+
+def load_model_state(model: torch.nn.Module, state: dict, path) -> None:
+    """load_state_dict with a one-line error for missing, unexpected or mis-shaped entries."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: checkpoint does not fit the model: missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]}")
+    for key, tensor in expected.items():
+        if tuple(state[key].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"{path}: {key} has shape {tuple(state[key].shape)} in the "
+                                  f"checkpoint but {tuple(tensor.shape)} in the model the config builds")
+    model.load_state_dict(state)
+
+
+def rng_state(sampler) -> dict:
+    state = {"torch": torch.get_rng_state(), "sampler": sampler.state_dict(), "cuda": []}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict, sampler) -> None:
+    torch.set_rng_state(state["torch"])
+    sampler.load_state_dict(state["sampler"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,329 @@
+"""Run configuration: YAML files plus `key=value` overrides, strictly validated.
+
+A config file may name a base file (`base: base.yaml`, relative to itself); the file is
+merged over its base section by section. Command-line overrides use dotted keys
+(`train.lr=30`, `head.k=3`) and are parsed as YAML scalars. Every key must exist in the
+schema below (or in the chosen head's Options), every value must have the right type and
+a possible value; the first problem is raised as one ConfigError line naming the file or
+override, the key and what was expected.
+
+The resolved config is a plain nested dict (`Config.to_dict`), saved as config.yaml in
+every run directory and inside every checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+from model.heads import HEADS
+
+
+class ConfigError(Exception):
+    """A config problem; str(error) is one line naming where, which key and what was expected."""
+
+
+def _in_unit_interval(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: expected a probability in [0, 1), got {value}")
+
+
+def _positive(name: str, value) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name}: expected a value > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: Literal["ptb", "wikitext-2"]
+    data_dir: Optional[str] = None          # null: $AWD_DATA_DIR, else corpora/ in the repository
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    emsize: int                # d_emb: embedding size = tied decoder row size
+    nhid: int                  # hidden size of the inner LSTM layers
+    nhidlast: int              # output size of the last LSTM layer (= emsize for linear heads)
+    nlayers: int = 3
+    dropout: float = 0.4       # locked dropout on the last layer's output
+    dropouth: float = 0.3      # locked dropout between LSTM layers
+    dropouti: float = 0.4      # locked dropout on the embedding output
+    dropoute: float = 0.1      # embedding dropout: whole words
+    wdrop: float = 0.5         # DropConnect on the hidden-to-hidden matrices
+
+    def __post_init__(self):
+        for name in ("emsize", "nhid", "nhidlast", "nlayers"):
+            _positive(name, getattr(self, name))
+        for name in ("dropout", "dropouth", "dropouti", "dropoute", "wdrop"):
+            _in_unit_interval(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float
+    batch_size: int
+    epochs: int
+    seed: int
+    small_batch_size: Optional[int] = None  # columns per forward/backward; null: batch_size
+    bptt: int = 70
+    max_seq_len_delta: int = 40             # seq_len is capped at bptt + this
+    clip: float = 0.25                      # global gradient-norm clipping; 0 disables
+    wdecay: float = 1.2e-6
+    alpha: float = 2.0                      # AR: activation regularisation
+    beta: float = 1.0                       # TAR: temporal activation regularisation
+    asgd_trigger: Literal["et", "nt", "never"] = "et"
+    asgd_switch_epoch: int = 200            # ET-ASGD: switch after this epoch
+    nonmono: int = 5                        # NT-ASGD: non-monotone interval
+    eval_batch_size: int = 10
+    test_batch_size: int = 1
+
+    def __post_init__(self):
+        for name in ("lr", "batch_size", "epochs", "small_batch_size", "bptt",
+                     "asgd_switch_epoch", "nonmono", "eval_batch_size", "test_batch_size"):
+            _positive(name, getattr(self, name))
+        for name in ("max_seq_len_delta", "clip", "wdecay", "alpha", "beta"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected a value >= 0, got {getattr(self, name)}")
+        if self.small_batch_size is not None and self.small_batch_size > self.batch_size:
+            raise ValueError(f"small_batch_size: expected at most batch_size ({self.batch_size}), "
+                             f"got {self.small_batch_size}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    dir: Optional[str] = None                   # null: runs/<dataset>-<head>-seed<seed>
+    device: str = "auto"                        # auto (CUDA when present), cpu, cuda, cuda:1, ...
+    max_steps: Optional[int] = None             # stop after this many optimizer steps (smoke tests)
+    checkpoint_every_steps: Optional[int] = None  # also save last.pt every N steps
+    log_interval: int = 200                     # steps between progress-bar loss updates
+    tensorboard: bool = True
+
+    def __post_init__(self):
+        for name in ("max_steps", "checkpoint_every_steps", "log_interval"):
+            _positive(name, getattr(self, name))
+        if not (self.device in ("auto", "cpu", "mps") or self.device.split(":")[0] == "cuda"):
+            raise ValueError(f"device: expected auto, cpu, mps, cuda or cuda:N, got {self.device!r}")
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "run": RunConfig}
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig
+    model: ModelConfig
+    train: TrainConfig
+    run: RunConfig
+    head_name: str
+    head: Any = field(default=None)             # the head's Options instance
+
+    @property
+    def small_batch_size(self) -> int:
+        return self.train.small_batch_size or self.train.batch_size
+
+    def to_dict(self) -> dict:
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        out["head"] = {"name": self.head_name, **dataclasses.asdict(self.head)}
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# ---------------------------------------------------------------- loading and merging
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return data
+
+
+def _merge(into: dict, new: dict, origin: dict, source: str, prefix: str = "") -> None:
+    """Deep-merge `new` into `into`, recording for each leaf key which source set it."""
+    for key, value in new.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value, origin, source, path + ".")
+        else:
+            into[key] = value
+            if isinstance(value, dict):
+                for sub in value:
+                    origin[f"{path}.{sub}"] = source
+            origin[path] = source
+
+
+def _load_file(path: Path, origin: dict, seen: tuple = ()) -> dict:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: base files include each other in a cycle")
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    merged: dict = {}
+    if base is not None:
+        if not isinstance(base, str):
+            raise ConfigError(f"{path}: base: expected a file name, got {base!r}")
+        merged = _load_file(path.parent / base, origin, seen + (path,))
+    _merge(merged, data, origin, str(path))
+    return merged
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. train.lr=30")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _apply_override(raw: dict, text: str, origin: dict) -> None:
+    keys, value = parse_override(text)
+    node = raw
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {text!r}: {key} is not a section")
+    node[keys[-1]] = value
+    origin[".".join(keys)] = f"override {text!r}"
+
+
+# ---------------------------------------------------------------- typing and validation
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _coerce(tp, value):
+    """Return value as type tp, or raise TypeError. Integers are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value)
+            except TypeError:
+                pass
+        raise TypeError
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise TypeError
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError
+    raise TypeError
+
+
+def build_section(cls, values: dict, section: str, origin: dict):
+    """Instantiate dataclass `cls` from `values`, with one-line errors naming key and source."""
+    def where(key: str) -> str:
+        return origin.get(f"{section}.{key}", "config")
+
+    if not isinstance(values, dict):
+        raise ConfigError(f"{origin.get(section, 'config')}: {section}: expected a mapping of keys")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    for key in values:
+        if key not in known:
+            valid = f"valid keys: {', '.join(sorted(known))}" if known else "this takes no keys"
+            raise ConfigError(f"{where(key)}: unknown key {section}.{key} ({valid})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.name not in values:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"config: missing required key {section}.{f.name} "
+                                  f"({_type_name(hints[f.name])})")
+            continue
+        try:
+            kwargs[f.name] = _coerce(hints[f.name], values[f.name])
+        except TypeError:
+            raise ConfigError(f"{where(f.name)}: {section}.{f.name}: expected "
+                              f"{_type_name(hints[f.name])}, got {values[f.name]!r}") from None
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        key = str(e).split(":", 1)[0]
+        raise ConfigError(f"{where(key)}: {section}.{e}") from None
+
+
+def _resolve(raw: dict, origin: dict) -> Config:
+    for key in raw:
+        if key not in SECTIONS and key != "head":
+            raise ConfigError(f"{origin.get(key, 'config')}: unknown section {key!r} "
+                              f"(valid: {', '.join(list(SECTIONS) + ['head'])})")
+    sections = {name: build_section(cls, raw.get(name, {}), name, origin)
+                for name, cls in SECTIONS.items()}
+    head_raw = dict(raw.get("head") or {})
+    head_name = head_raw.pop("name", None)
+    if head_name not in HEADS:
+        raise ConfigError(f"{origin.get('head.name', 'config')}: head.name: expected one of "
+                          f"{', '.join(HEADS)}, got {head_name!r}")
+    head_cls = HEADS[head_name]
+    head_options = build_section(head_cls.Options, head_raw, "head", origin)
+    model = sections["model"]
+    if head_cls.requires_nhidlast_equal_emsize and model.nhidlast != model.emsize:
+        raise ConfigError(f"{origin.get('model.nhidlast', 'config')}: model.nhidlast: the "
+                          f"{head_name} head ties its decoder to the embedding, so nhidlast must "
+                          f"equal emsize ({model.emsize}), got {model.nhidlast}")
+    return Config(head_name=head_name, head=head_options, **sections)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """Load a config file (or start from `base`, a resolved config dict) and apply overrides."""
+    origin: dict = {}
+    raw: dict = {}
+    if base is not None:
+        _merge(raw, base, origin, "saved run config")
+    if path is not None:
+        _merge(raw, _load_file(Path(path), origin), origin, str(path))
+    for text in overrides:
+        _apply_override(raw, text, origin)
+    return _resolve(raw, origin)
+
+
+def config_from_dict(data: dict, source: str = "checkpoint") -> Config:
+    origin: dict = {}
+    raw: dict = {}
+    _merge(raw, data, origin, source)
+    return _resolve(raw, origin)

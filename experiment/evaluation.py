@@ -1,0 +1,43 @@
+"""Evaluation: eval mode, plain bptt chunks, hidden state carried across chunks (SPEC section 3).
+
+One loop serves validation during training, evaluate.py and rank.py, so every perplexity and
+every log-P row is computed the same way.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from data.batching import get_batch
+
+
+@torch.no_grad()
+def iterate_chunks(model, source: torch.Tensor, bptt: int) -> Iterator[tuple]:
+    """Yield (ModelOutput, targets) for consecutive bptt chunks of a batchified split."""
+    model.eval()
+    hidden = model.init_hidden(source.size(1))
+    for i in range(0, source.size(0) - 1, bptt):
+        inputs, targets = get_batch(source, i, bptt)
+        out = model(inputs, hidden)
+        hidden = out.hidden
+        yield out, targets
+
+
+def evaluate_nll(model, source: torch.Tensor, bptt: int, progress=None) -> float:
+    """Mean negative log-likelihood per token (nats) of a batchified split."""
+    total, count = 0.0, 0
+    for out, targets in iterate_chunks(model, source, bptt):
+        nll = F.nll_loss(out.log_probs.view(-1, out.log_probs.size(-1)), targets.reshape(-1),
+                         reduction="sum")
+        total += nll.item()
+        count += targets.numel()
+        if progress is not None:
+            progress.update(targets.size(0))
+    return total / count
+
+
+def perplexity(nll: float) -> float:
+    return math.exp(nll) if nll < 700 else float("inf")

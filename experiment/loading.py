@@ -1,0 +1,46 @@
+"""Device choice and loading a trained model from a run directory or checkpoint file."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from data import load_corpus
+from model import LanguageModel, build_model
+from . import checkpoint
+from .config import Config, ConfigError, config_from_dict
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """auto: CUDA when present (cuDNN is then used by the LSTMs), else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"run.device: {name!r} requested but CUDA is not available here")
+    return device
+
+
+@dataclass
+class TrainedModel:
+    path: Path            # the checkpoint file
+    run_dir: Path         # where results of analyses are written
+    config: Config
+    corpus: object
+    model: LanguageModel
+    checkpoint: dict
+
+
+def load_trained(path: str | Path, device: torch.device, data_dir: str | None = None,
+                 name: str = "best.pt") -> TrainedModel:
+    """Load a run directory's `name` checkpoint (or a checkpoint file) with its corpus and model."""
+    ckpt_path = checkpoint.resolve_checkpoint_path(path, name)
+    ckpt = checkpoint.load(ckpt_path, map_location="cpu")
+    config = config_from_dict(ckpt["config"], source=str(ckpt_path))
+    corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir)
+    checkpoint.check_vocabulary(ckpt, corpus, ckpt_path)
+    model = build_model(config, corpus.vocab_size)
+    checkpoint.load_model_state(model, ckpt["model"], ckpt_path)
+    model.to(device).eval()
+    return TrainedModel(ckpt_path, ckpt_path.parent, config, corpus, model, ckpt)

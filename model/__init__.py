@@ -1,0 +1,49 @@
+"""The language model: the AWD-LSTM body followed by one output head from the registry."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from .body import AWDLSTMBody
+from .heads import HEADS, HeadOutput
+
+
+class ModelOutput(NamedTuple):
+    log_probs: torch.Tensor                 # (T, B, V)
+    transformed_logits: torch.Tensor | None # (T, B, V) f(l) for heads that have one
+    hidden: list                            # (h, c) per layer, to carry to the next chunk
+    dropped_output: torch.Tensor            # g, the head's input, for AR
+    last_raw_output: torch.Tensor           # last LSTM layer before dropout, for TAR
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, body: AWDLSTMBody, head: nn.Module):
+        super().__init__()
+        self.body = body
+        self.head = head
+
+    def init_hidden(self, batch_size: int) -> list:
+        return self.body.init_hidden(batch_size)
+
+    def forward(self, ids: torch.Tensor, hidden: list) -> ModelOutput:
+        body = self.body(ids, hidden)
+        head: HeadOutput = self.head(body.output)
+        return ModelOutput(head.log_probs, head.transformed_logits, body.hidden,
+                           body.output, body.last_raw_output)
+
+
+def build_model(config, vocab_size: int) -> LanguageModel:
+    """Build the model a resolved Config describes (see experiment/config.py)."""
+    m = config.model
+    body = AWDLSTMBody(vocab_size, m.emsize, m.nhid, m.nhidlast, m.nlayers,
+                       m.dropout, m.dropouth, m.dropouti, m.dropoute, m.wdrop)
+    head = HEADS[config.head_name](config.head, vocab_size, m.emsize, m.nhidlast,
+                                   body.encoder.weight)
+    return LanguageModel(body, head)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared (tied) tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,124 @@
+"""The AWD-LSTM body ([AWD], SPEC section 2): everything between word ids and the head.
+
+    ids -> embedding (with embedding dropout) -> locked dropout (dropouti)
+        -> LSTM 1 -> locked dropout (dropouth) -> LSTM 2 -> locked dropout (dropouth)
+        -> LSTM 3 -> locked dropout (dropout) -> g, handed to the output head
+
+Each LSTM's hidden-to-hidden matrix is weight-dropped (DropConnect, wdrop).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+# On CUDA, cuDNN wants all of an LSTM's weights in one contiguous buffer. A weight-dropped
+# matrix is a fresh tensor every forward, so cuDNN copies the four weights into a buffer of
+# its own each call (a copy of a few MB, negligible next to the recurrence) and warns once
+# per call site. The copy is the intended behaviour here, so the warning carries no news.
+warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+
+
+def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Look up ids in `weight`, dropping whole words (rows) with probability p.
+
+    One mask over the vocabulary per call; kept rows are scaled by 1/(1-p). Gathering the
+    rows first and then scaling each by its word's mask entry is the same maths as masking
+    the whole V x d matrix, at the cost of the batch rather than of the vocabulary.
+    """
+    emb = F.embedding(ids, weight)
+    if not training or p == 0:
+        return emb
+    keep = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)
+    return emb * F.embedding(ids, keep)
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout on x (T, B, H): one mask per sequence, shared by all time steps."""
+    if not training or p == 0:
+        return x
+    mask = x.new_empty(1, x.size(1), x.size(2)).bernoulli_(1 - p) / (1 - p)
+    return x * mask
+
+
+class WeightDropLSTM(nn.Module):
+    """A single-layer LSTM whose hidden-to-hidden matrix is weight-dropped (DropConnect).
+
+    The module owns its four weights as ordinary Parameters and calls the same fused LSTM
+    kernel that nn.LSTM calls (`torch.lstm`: cuDNN on CUDA, the native kernel on CPU) with
+    the dropped matrix in place of the raw one. Nothing is deleted, re-registered or patched
+    at run time, so the drop cannot silently stop working when PyTorch changes nn.LSTM's
+    internals (the failure of the original WeightDrop wrapper in PyTorch 1.0 and 1.4).
+
+    In training, every forward draws a fresh mask over weight_hh: the same dropped matrix
+    is used at every time step, kept entries are scaled by 1/(1-p), and gradients flow to
+    the raw weight through the mask. In eval the raw matrix is used.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, weight_drop: float):
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.weight_drop = weight_drop
+        gates = 4 * hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(gates, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(gates, hidden_size))
+        self.bias_ih = nn.Parameter(torch.empty(gates))
+        self.bias_hh = nn.Parameter(torch.empty(gates))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # nn.LSTM's init, which AWD-LSTM keeps: U(-1/sqrt(H), 1/sqrt(H)) for every weight.
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for weight in self.parameters():
+            nn.init.uniform_(weight, -bound, bound)
+
+    def dropped_weight_hh(self) -> torch.Tensor:
+        return F.dropout(self.weight_hh, p=self.weight_drop, training=self.training)
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        """x (T, B, input_size); state (h, c), each (1, B, hidden_size)."""
+        weights = [self.weight_ih, self.dropped_weight_hh(), self.bias_ih, self.bias_hh]
+        output, h, c = torch.lstm(x, state, weights, True, 1, 0.0, self.training, False, False)
+        return output, (h, c)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, weight_drop={self.weight_drop}"
+
+
+class BodyOutput(NamedTuple):
+    output: torch.Tensor               # g: last layer's output after locked dropout (T, B, nhidlast)
+    hidden: list                       # new (h, c) per layer, to carry to the next chunk
+    last_raw_output: torch.Tensor      # last layer's output before dropout, for TAR
+
+
+class AWDLSTMBody(nn.Module):
+    def __init__(self, vocab_size: int, emsize: int, nhid: int, nhidlast: int, nlayers: int,
+                 dropout: float, dropouth: float, dropouti: float, dropoute: float, wdrop: float):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab_size, emsize)
+        sizes = [emsize] + [nhid] * (nlayers - 1) + [nhidlast]
+        self.rnns = nn.ModuleList(
+            WeightDropLSTM(sizes[i], sizes[i + 1], wdrop) for i in range(nlayers))
+        self.dropout, self.dropouth, self.dropouti, self.dropoute = dropout, dropouth, dropouti, dropoute
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+
+    def init_hidden(self, batch_size: int) -> list:
+        weight = self.encoder.weight
+        return [(weight.new_zeros(1, batch_size, rnn.hidden_size),
+                 weight.new_zeros(1, batch_size, rnn.hidden_size)) for rnn in self.rnns]
+
+    def forward(self, ids: torch.Tensor, hidden: list) -> BodyOutput:
+        x = embedding_dropout(ids, self.encoder.weight, self.dropoute, self.training)
+        x = locked_dropout(x, self.dropouti, self.training)
+        new_hidden = []
+        for layer, rnn in enumerate(self.rnns):
+            raw, state = rnn(x, hidden[layer])
+            new_hidden.append(state)
+            last = layer == len(self.rnns) - 1
+            x = locked_dropout(raw, self.dropout if last else self.dropouth, self.training)
+        return BodyOutput(x, new_hidden, raw)

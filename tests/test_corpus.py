@@ -1,0 +1,259 @@
+"""Tests for data.corpus: tokenisation, vocabulary order, the id cache and errors."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import data.corpus as corpus_module
+from data import Corpus, DataError, load_corpus, resolve_data_dir
+
+EXPECTED = {
+    # dataset: (train, valid, test tokens, vocabulary size), SPEC section 1
+    "ptb": (929_589, 73_760, 82_430, 10_000),
+    "wikitext-2": (2_088_628, 217_646, 245_569, 33_278),
+}
+
+SMALL = {
+    "train.txt": "the cat sat\n\n the dog  sat \n",
+    "valid.txt": "a cat\n",
+    "test.txt": "the bird\n",
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Never let a test write to the user's ~/.cache, even if it forgets cache_dir."""
+    cache = tmp_path / "env-cache"
+    monkeypatch.setenv("AWD_CACHE_DIR", str(cache))
+    return cache
+
+
+@pytest.fixture(scope="module")
+def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the real corpora, so each is tokenised once per module."""
+    return tmp_path_factory.mktemp("real-cache")
+
+
+def write_corpus(root: Path, dataset: str = "ptb", files: dict[str, str] = SMALL) -> Path:
+    folder = root / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def forbid_tokenize(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tokenize() called although a valid cache exists")
+
+    monkeypatch.setattr(corpus_module, "tokenize", boom)
+
+
+def assert_same_corpus(a: Corpus, b: Corpus) -> None:
+    assert a.vocab == b.vocab
+    for split in ("train", "valid", "test"):
+        assert torch.equal(getattr(a, split), getattr(b, split))
+
+
+# --- the real corpora -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset", sorted(EXPECTED))
+def test_real_token_counts_and_vocab(dataset: str, shared_data_dir: Path, real_cache: Path):
+    corpus = load_corpus(dataset, shared_data_dir, download=False, cache_dir=real_cache)
+    n_train, n_valid, n_test, n_vocab = EXPECTED[dataset]
+    assert corpus.name == dataset
+    assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == (n_train, n_valid, n_test)
+    assert corpus.vocab_size == len(corpus.vocab) == n_vocab
+    for ids in (corpus.train, corpus.valid, corpus.test):
+        assert ids.dtype == torch.int64 and ids.dim() == 1
+
+
+@pytest.mark.parametrize("dataset", sorted(EXPECTED))
+def test_real_ids_numbered_by_first_appearance(
+    dataset: str, shared_data_dir: Path, real_cache: Path
+):
+    corpus = load_corpus(dataset, shared_data_dir, download=False, cache_dir=real_cache)
+    ids = torch.cat([corpus.train, corpus.valid, corpus.test]).numpy()
+    # Id k must first appear right after ids 0..k-1 have appeared: every id is at
+    # most one more than the largest id seen before it, starting from 0.
+    previous_max = np.maximum.accumulate(np.concatenate([[-1], ids[:-1]]))
+    assert (ids <= previous_max + 1).all()
+    assert ids.max() == corpus.vocab_size - 1
+
+    with open(shared_data_dir / dataset / "train.txt", encoding="utf-8") as f:
+        first_line = f.readline().split()
+    decoded = [corpus.vocab[i] for i in corpus.train[: len(first_line) + 1].tolist()]
+    assert decoded == first_line + ["<eos>"]
+    if first_line:  # PTB: its first word gets id 0
+        assert corpus.train[0].item() == 0 and corpus.vocab[0] == first_line[0]
+    # <eos> gets the id of its first appearance: after the first line's words.
+    assert corpus.word_to_id()["<eos>"] == len(dict.fromkeys(first_line))
+
+
+def test_real_vocab_sha256_and_word_to_id(shared_data_dir: Path, real_cache: Path):
+    corpus = load_corpus("ptb", shared_data_dir, download=False, cache_dir=real_cache)
+    expected = hashlib.sha256("\n".join(corpus.vocab).encode("utf-8")).hexdigest()
+    assert corpus.vocab_sha256 == expected
+    w2i = corpus.word_to_id()
+    assert len(w2i) == corpus.vocab_size
+    assert all(corpus.vocab[i] == w for w, i in w2i.items())
+
+
+def test_real_corpus_second_load_comes_from_cache(
+    shared_data_dir: Path, real_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    first = load_corpus("wikitext-2", shared_data_dir, download=False, cache_dir=real_cache)
+    forbid_tokenize(monkeypatch)
+    second = load_corpus("wikitext-2", shared_data_dir, download=False, cache_dir=real_cache)
+    assert_same_corpus(first, second)
+
+
+# --- tokenisation and the cache, on a small corpus ---------------------------
+
+
+def test_small_corpus_tokenisation(tmp_path: Path):
+    write_corpus(tmp_path)
+    corpus = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    # Every line, the empty one included, ends with <eos>.
+    assert corpus.vocab == ["the", "cat", "sat", "<eos>", "dog", "a", "bird"]
+    assert corpus.train.tolist() == [0, 1, 2, 3, 3, 0, 4, 2, 3]
+    assert corpus.valid.tolist() == [5, 1, 3]
+    assert corpus.test.tolist() == [0, 6, 3]
+
+
+def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    write_corpus(tmp_path)
+    first = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    forbid_tokenize(monkeypatch)
+    second = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    assert_same_corpus(first, second)
+
+
+def test_cache_dir_from_environment(tmp_path: Path, isolated_cache: Path):
+    write_corpus(tmp_path)
+    load_corpus("ptb", tmp_path)
+    assert len(list(isolated_cache.glob("ptb-*.npz"))) == 1
+
+
+def test_cache_is_keyed_by_file_checksums(tmp_path: Path):
+    folder = write_corpus(tmp_path)
+    cache = tmp_path / "cache"
+    load_corpus("ptb", tmp_path, cache_dir=cache)
+    (folder / "test.txt").write_text("the zebra\n", encoding="utf-8")
+    edited = load_corpus("ptb", tmp_path, cache_dir=cache)
+    assert edited.vocab[-1] == "zebra"
+    assert edited.test.tolist() == [0, 6, 3]
+    assert len(list(cache.glob("ptb-*.npz"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_corrupt_cache_is_rebuilt(
+    tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    write_corpus(tmp_path)
+    cache = tmp_path / "cache"
+    good = load_corpus("ptb", tmp_path, cache_dir=cache)
+    (cache_file,) = cache.glob("ptb-*.npz")
+    content = cache_file.read_bytes()
+    damaged = {
+        "garbage": b"not a cache" * 10,
+        "truncated": content[: len(content) // 2],
+        "empty": b"",
+    }
+    cache_file.write_bytes(damaged[damage])
+
+    with caplog.at_level(logging.WARNING, logger="data.corpus"):
+        rebuilt = load_corpus("ptb", tmp_path, cache_dir=cache)
+    assert_same_corpus(good, rebuilt)
+    assert len(caplog.records) == 1 and "cache" in caplog.records[0].getMessage()
+    # The rebuilt cache is valid again.
+    forbid_tokenize(monkeypatch)
+    assert_same_corpus(good, load_corpus("ptb", tmp_path, cache_dir=cache))
+
+
+def test_cache_with_out_of_range_ids_is_rebuilt(tmp_path: Path):
+    write_corpus(tmp_path)
+    cache = tmp_path / "cache"
+    good = load_corpus("ptb", tmp_path, cache_dir=cache)
+    (cache_file,) = cache.glob("ptb-*.npz")
+    with np.load(cache_file) as npz:
+        arrays = dict(npz)
+    arrays["train"] = arrays["train"] + 100
+    np.savez(cache_file, **arrays)
+    assert_same_corpus(good, load_corpus("ptb", tmp_path, cache_dir=cache))
+
+
+def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    write_corpus(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory cannot be created below a file, even as root
+    with caplog.at_level(logging.WARNING, logger="data.corpus"):
+        corpus = load_corpus("ptb", tmp_path, cache_dir=blocker / "cache")
+    assert corpus.vocab_size == 7
+    assert len(caplog.records) == 1 and "continuing without" in caplog.records[0].getMessage()
+    assert list(tmp_path.glob("**/*.tmp")) == []
+
+
+def test_cache_files_are_not_pickles(tmp_path: Path):
+    write_corpus(tmp_path)
+    cache = tmp_path / "cache"
+    load_corpus("ptb", tmp_path, cache_dir=cache)
+    (cache_file,) = cache.glob("ptb-*.npz")
+    with np.load(cache_file, allow_pickle=False) as npz:
+        assert all(npz[name].dtype != object for name in npz.files)
+
+
+# --- data directory and errors ----------------------------------------------
+
+
+def test_resolve_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AWD_DATA_DIR", str(tmp_path / "env"))
+    assert resolve_data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
+    assert resolve_data_dir(None) == tmp_path / "env"
+    monkeypatch.delenv("AWD_DATA_DIR")
+    repo_root = Path(corpus_module.__file__).resolve().parent.parent
+    assert resolve_data_dir(None) == repo_root / "corpora"
+
+
+def test_unknown_dataset_lists_valid_names(tmp_path: Path):
+    with pytest.raises(DataError) as info:
+        load_corpus("wikitext-103", tmp_path)
+    message = str(info.value)
+    assert "wikitext-103" in message and "ptb" in message and "wikitext-2" in message
+    assert "\n" not in message
+
+
+def test_missing_split_file_without_download(tmp_path: Path):
+    write_corpus(tmp_path, files={"train.txt": "a\n", "valid.txt": "b\n"})
+    with pytest.raises(DataError) as info:
+        load_corpus("ptb", tmp_path, download=False)
+    message = str(info.value)
+    assert str(tmp_path / "ptb" / "test.txt") in message
+    assert "\n" not in message
+
+
+def test_missing_files_trigger_the_downloader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    calls = []
+
+    def fake_ensure_corpus(dataset: str, data_dir: Path) -> Path:
+        calls.append((dataset, Path(data_dir)))
+        return write_corpus(Path(data_dir), dataset)
+
+    monkeypatch.setattr(corpus_module, "ensure_corpus", fake_ensure_corpus)
+    corpus = load_corpus("wikitext-2", tmp_path, cache_dir=tmp_path / "cache")
+    assert calls == [("wikitext-2", tmp_path)]
+    assert corpus.name == "wikitext-2" and corpus.vocab_size == 7
+
+
+def test_non_utf8_file_gives_a_data_error(tmp_path: Path):
+    folder = write_corpus(tmp_path)
+    (folder / "valid.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(DataError, match="valid.txt as UTF-8"):
+        load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")

@@ -1,0 +1,410 @@
+"""Train an AWD-LSTM language model with a pluggable output head (SPEC sections 2 and 3).
+
+    python train.py configs/ptb/softmax.yaml                    # train the PTB Softmax baseline
+    python train.py configs/ptb/softmax.yaml train.lr=30 run.dir=runs/x
+    python train.py configs/ptb/softmax.yaml --dry-run          # resolved config + param count
+    python train.py --resume runs/x                             # continue an interrupted run
+
+One optimizer step:
+  1. draw seq_len (variable BPTT) and scale every param group's lr by seq_len / bptt;
+  2. for each column chunk of `small_batch_size` sequences (gradient accumulation): forward
+     from that chunk's carried (detached) hidden state, loss = NLL + AR + TAR, backward;
+  3. stop on a non-finite loss, clip the global gradient norm, take the SGD / ASGD step.
+One epoch: steps over the whole training stream, then validation (on the averaged weights
+once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last.pt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from data import DataError, load_corpus
+from data.batching import SequenceLengthSampler, batchify, get_batch
+from experiment import checkpoint
+from experiment.averaged_sgd import AveragedSGD
+from experiment.checkpoint import CheckpointError
+from experiment.config import Config, ConfigError, load_config, parse_override
+from experiment.evaluation import evaluate_nll, perplexity
+from experiment.loading import select_device
+from model import build_model, count_parameters
+
+
+class TrainingStopped(Exception):
+    """Training ended early; the message says why and `exit_code` what the process returns."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def detach(hidden):
+    return [(h.detach(), c.detach()) for h, c in hidden]
+
+
+def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
+    return [(s, min(s + small_batch_size, batch_size)) for s in range(0, batch_size, small_batch_size)]
+
+
+class Trainer:
+    def __init__(self, config: Config, model, corpus, run_dir: Path, device: torch.device):
+        self.config, self.model, self.run_dir, self.device = config, model, run_dir, device
+        t = config.train
+        self.train_data = batchify(corpus.train, t.batch_size, device)
+        self.val_data = batchify(corpus.valid, t.eval_batch_size, device)
+        self.vocab = {"vocab_size": corpus.vocab_size, "vocab_sha256": corpus.vocab_sha256}
+        self.chunks = column_chunks(t.batch_size, config.small_batch_size)
+        self.sampler = SequenceLengthSampler(t.bptt, t.max_seq_len_delta, t.seed)
+        self.optimizer = self.make_optimizer(torch.optim.SGD)
+        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # Progress, all of it saved in last.pt so a resumed run continues exactly.
+        self.epoch = 1                 # the epoch in progress
+        self.position = 0              # index into train_data of the next step's first input
+        self.step = 0                  # optimizer steps taken so far
+        self.hidden = None             # per column chunk, carried across steps
+        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
+        self.val_history: list[float] = []
+        self.best_val = math.inf
+        self.asgd_start_epoch = None   # first epoch trained with averaging
+        self.stop_signal = None
+        self.writer = None
+
+    # ------------------------------------------------------------------ optimizer
+    def make_optimizer(self, kind):
+        """SGD or AveragedSGD over the model, with head parameter groups that have their own lr."""
+        t = self.config.train
+        extra = self.model.head.extra_param_groups()
+        special = {id(p) for group in extra for p in group["params"]}
+        main = [p for p in self.model.parameters() if p.requires_grad and id(p) not in special]
+        groups = [{"params": main, "lr": t.lr}] + [dict(g) for g in extra]
+        for group in groups:
+            group["base_lr"] = group["lr"]
+        if kind is torch.optim.SGD:
+            return torch.optim.SGD(groups, lr=t.lr, weight_decay=t.wdecay)
+        return AveragedSGD(groups, lr=t.lr, weight_decay=t.wdecay)
+
+    @property
+    def averaging(self) -> bool:
+        return isinstance(self.optimizer, AveragedSGD)
+
+    def should_switch_to_asgd(self, val_loss: float) -> bool:
+        t = self.config.train
+        if self.averaging or t.asgd_trigger == "never":
+            return False
+        if t.asgd_trigger == "et":
+            return self.epoch >= t.asgd_switch_epoch
+        # NT-ASGD: more than `nonmono` losses recorded and the new one is worse than the best
+        # of all but the last `nonmono` ([AWD] Algorithm 1; val_history excludes val_loss).
+        history = self.val_history
+        return len(history) > t.nonmono and val_loss > min(history[:-t.nonmono])
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> float:
+        t = self.config.train
+        seq_len = self.sampler.sample()
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * seq_len / t.bptt
+        inputs, targets = get_batch(self.train_data, self.position, seq_len)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        step_nll, step_loss = 0.0, 0.0
+        for c, (start, end) in enumerate(self.chunks):
+            out = self.model(inputs[:, start:end], detach(self.hidden[c]))
+            self.hidden[c] = out.hidden
+            nll = F.nll_loss(out.log_probs.reshape(-1, out.log_probs.size(-1)),
+                             targets[:, start:end].reshape(-1))
+            ar = t.alpha * out.dropped_output.pow(2).mean()
+            tar = t.beta * (out.last_raw_output[1:] - out.last_raw_output[:-1]).pow(2).mean()
+            weight = (end - start) / t.batch_size
+            loss = (nll + ar + tar) * weight
+            loss.backward()
+            step_nll += nll.item() * weight
+            step_loss += loss.item()
+        if not math.isfinite(step_loss):
+            raise TrainingStopped(
+                f"non-finite loss ({step_loss}) at step {self.step + 1} (epoch {self.epoch}); "
+                f"no update was made and {self.run_dir / 'last.pt'} is the last good checkpoint", 3)
+        if t.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, t.clip)
+        self.optimizer.step()
+        self.step += 1
+        self.position += seq_len     # the sampled length, as in the original code
+        self.epoch_nll_sum += step_nll * targets.numel()
+        self.epoch_tokens += targets.numel()
+        return step_nll
+
+    # ------------------------------------------------------------------ one epoch
+    def train_epoch(self) -> bool:
+        """Train to the end of the epoch; False if run.max_steps or a signal stopped it first."""
+        run = self.config.run
+        if self.hidden is None:
+            self.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
+        steps = self.train_data.size(0)
+        bar = tqdm(total=steps - 2, initial=min(self.position, steps - 2), unit="tok",
+                   desc=f"epoch {self.epoch}", leave=False, disable=None, dynamic_ncols=True)
+        started, nll_sum, nll_count = time.time(), 0.0, 0
+        try:
+            while self.position < steps - 1 - 1:
+                if (run.max_steps and self.step >= run.max_steps) or self.stop_signal:
+                    self.epoch_seconds += time.time() - started
+                    self.save_last()
+                    return False
+                before = self.position
+                nll = self.train_step()
+                bar.update(min(self.position, steps - 2) - before)
+                nll_sum, nll_count = nll_sum + nll, nll_count + 1
+                if self.step % run.log_interval == 0:
+                    bar.set_postfix(loss=f"{nll_sum / nll_count:.3f}",
+                                    ppl=f"{perplexity(nll_sum / nll_count):.1f}")
+                    self.scalar("train/step_loss", nll_sum / nll_count)
+                    nll_sum, nll_count = 0.0, 0
+                if run.checkpoint_every_steps and self.step % run.checkpoint_every_steps == 0:
+                    self.epoch_seconds += time.time() - started
+                    started = time.time()
+                    self.save_last()
+        finally:
+            bar.close()
+        self.epoch_seconds += time.time() - started
+        return True
+
+    def end_epoch(self) -> None:
+        """Validate, keep the best model, maybe switch to ASGD, log, write last.pt."""
+        t = self.config.train
+        with averaged_weights(self.model, self.optimizer):
+            val_loss = evaluate_nll(self.model, self.val_data, t.bptt)
+            if val_loss < self.best_val:
+                self.best_val = val_loss
+                self.save_best(val_loss)
+        optimizer_name = "ASGD" if self.averaging else "SGD"
+        train_nll = self.epoch_nll_sum / max(self.epoch_tokens, 1)
+        record = {"epoch": self.epoch, "step": self.step, "optimizer": optimizer_name,
+                  "lr": t.lr, "seconds": round(self.epoch_seconds, 3),
+                  "train_loss": train_nll, "train_ppl": perplexity(train_nll),
+                  "val_loss": val_loss, "val_ppl": perplexity(val_loss),
+                  "best_val_ppl": perplexity(self.best_val)}
+        if self.should_switch_to_asgd(val_loss):
+            self.optimizer = self.make_optimizer(AveragedSGD)
+            self.asgd_start_epoch = self.epoch + 1
+            record["switched_to_asgd"] = True
+        self.val_history.append(val_loss)
+        self.log_epoch(record)
+        self.epoch += 1
+        self.position, self.hidden = 0, None
+        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
+        self.save_last()
+
+    def fit(self) -> None:
+        t = self.config.train
+        self.install_signal_handlers()
+        while self.epoch <= t.epochs:
+            if not self.train_epoch():
+                break
+            self.end_epoch()
+            if self.stop_signal:
+                break
+        if self.stop_signal:
+            raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
+                                  f"{self.step}; saved {self.run_dir / 'last.pt'}; continue with "
+                                  f"python train.py --resume {self.run_dir}", 128 + self.stop_signal)
+
+    # ------------------------------------------------------------------ feedback
+    def scalar(self, name: str, value: float) -> None:
+        if self.writer is not None:
+            self.writer.add_scalar(name, value, self.step)
+
+    def log_epoch(self, record: dict) -> None:
+        line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
+                f"train ppl {record['train_ppl']:8.2f} | valid ppl {record['val_ppl']:8.2f} | "
+                f"lr {record['lr']:g} | {record['seconds']:7.1f} s | {record['optimizer']}"
+                + (" | switching to ASGD" if record.get("switched_to_asgd") else ""))
+        tqdm.write(line)
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        for key in ("train_ppl", "val_ppl", "seconds"):
+            self.scalar(f"epoch/{key}", record[key])
+        self.scalar("epoch/asgd", float(self.averaging))
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills."""
+        def handler(signum, frame):
+            self.stop_signal = signum
+            signal.signal(signum, signal.SIG_DFL)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, handler)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_best(self, val_loss: float) -> None:
+        checkpoint.save_atomic({
+            "format": checkpoint.FORMAT, "kind": "best", "config": self.config.to_dict(),
+            **self.vocab, "model": self.model.state_dict(),
+            "epoch": self.epoch, "step": self.step, "val_loss": val_loss,
+            "averaged": self.averaging}, self.run_dir / "best.pt")
+
+    def save_last(self) -> None:
+        checkpoint.save_atomic({
+            "format": checkpoint.FORMAT, "kind": "last", "config": self.config.to_dict(),
+            **self.vocab, "model": self.model.state_dict(),
+            "optimizer": {"averaged": self.averaging, "state": self.optimizer.state_dict()},
+            "progress": {
+                "epoch": self.epoch, "position": self.position, "step": self.step,
+                "hidden": None if self.hidden is None else [list(map(list, h)) for h in self.hidden],
+                "epoch_nll_sum": self.epoch_nll_sum, "epoch_tokens": self.epoch_tokens,
+                "epoch_seconds": self.epoch_seconds, "val_history": list(self.val_history),
+                "best_val": self.best_val, "asgd_start_epoch": self.asgd_start_epoch},
+            "rng": checkpoint.rng_state(self.sampler)}, self.run_dir / "last.pt")
+
+    def load_last(self, ckpt: dict, path: Path) -> None:
+        checkpoint.load_model_state(self.model, ckpt["model"], path)
+        kind = AveragedSGD if ckpt["optimizer"]["averaged"] else torch.optim.SGD
+        self.optimizer = self.make_optimizer(kind)
+        self.optimizer.load_state_dict(ckpt["optimizer"]["state"])
+        p = ckpt["progress"]
+        self.epoch, self.position, self.step = p["epoch"], p["position"], p["step"]
+        self.hidden = None if p["hidden"] is None else [
+            [(h.to(self.device), c.to(self.device)) for h, c in chunk] for chunk in p["hidden"]]
+        self.epoch_nll_sum, self.epoch_tokens = p["epoch_nll_sum"], p["epoch_tokens"]
+        self.epoch_seconds = p["epoch_seconds"]
+        self.val_history, self.best_val = list(p["val_history"]), p["best_val"]
+        self.asgd_start_epoch = p["asgd_start_epoch"]
+        checkpoint.restore_rng_state(ckpt["rng"], self.sampler)
+
+
+class averaged_weights:
+    """Context manager: the model holds the ASGD averages inside, its own weights after."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer, self.saved = model, optimizer, []
+
+    def __enter__(self):
+        if isinstance(self.optimizer, AveragedSGD):
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    average = self.optimizer.averaged(p)
+                    if average is not p:
+                        self.saved.append((p, p.detach().clone()))
+                        p.copy_(average)
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for p, original in self.saved:
+                p.copy_(original)
+        self.saved = []
+        return False
+
+
+# ---------------------------------------------------------------------- command line
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Train an AWD-LSTM language model with a pluggable output head.",
+        epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
+               "run.max_steps=100 run.device=cpu. See README.md for every key.")
+    parser.add_argument("config", nargs="?", help="config file, e.g. configs/ptb/softmax.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last.pt")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build data and model, print the resolved config and a JSON summary, exit")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    args = parser.parse_intermixed_args(argv)
+    if args.config and "=" in args.config:   # `train.py --resume DIR key=value`: no config file
+        args.overrides.insert(0, args.config)
+        args.config = None
+    if args.data_dir:
+        args.overrides.append(f"data.data_dir={args.data_dir}")
+    if not args.config and not args.resume:
+        parser.error("give a config file (e.g. configs/ptb/softmax.yaml) or --resume RUN_DIR")
+    if args.config and args.resume:
+        parser.error("--resume takes its config from the run directory; give no config file")
+    return args
+
+
+RESUMABLE_OVERRIDES = ("run.", "data.data_dir")
+
+
+def resolve_run(args) -> tuple[Config, Path, dict | None]:
+    """The config, the run directory and (when resuming) the checkpoint to continue from."""
+    if args.resume:
+        run_dir = Path(args.resume)
+        ckpt_path = run_dir / "last.pt"
+        ckpt = checkpoint.load(ckpt_path)
+        for text in args.overrides:
+            key = ".".join(parse_override(text)[0])
+            if not key.startswith(RESUMABLE_OVERRIDES):
+                raise ConfigError(f"override {text!r}: only run.* and data.data_dir can change "
+                                  f"when resuming; {key} is fixed by {ckpt_path}")
+        config = load_config(None, list(args.overrides) + [f"run.dir={run_dir}"], base=ckpt["config"])
+        return config, run_dir, ckpt
+    config = load_config(args.config, args.overrides)
+    if config.run.dir:
+        run_dir = Path(config.run.dir)
+    else:
+        run_dir = Path("runs") / f"{config.data.dataset}-{config.head_name}-seed{config.train.seed}"
+        config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
+    return config, run_dir, None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        config, run_dir, resume_ckpt = resolve_run(args)
+        device = select_device(config.run.device)
+        corpus = load_corpus(config.data.dataset, config.data.data_dir)
+    except (ConfigError, CheckpointError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(config.train.seed)
+    model = build_model(config, corpus.vocab_size)
+    if args.dry_run:
+        print(config.to_yaml(), end="")
+        print(json.dumps({"params": count_parameters(model), "vocab_size": corpus.vocab_size,
+                          "dataset": config.data.dataset, "head": config.head_name,
+                          "device": str(device)}))
+        return 0
+
+    if resume_ckpt is None and (run_dir / "last.pt").exists():
+        print(f"error: {run_dir} already holds a run; continue it with "
+              f"python train.py --resume {run_dir} or choose another run.dir", file=sys.stderr)
+        return 2
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    model.to(device)
+    trainer = Trainer(config, model, corpus, run_dir, device)
+    try:
+        if resume_ckpt is not None:
+            checkpoint.check_vocabulary(resume_ckpt, corpus, run_dir / "last.pt")
+            trainer.load_last(resume_ckpt, run_dir / "last.pt")
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
+          f"{count_parameters(model):,} parameters | device {device}"
+          + (f" | resumed at epoch {trainer.epoch}, step {trainer.step}" if resume_ckpt else ""))
+    if config.run.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
+        trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.step + 1)
+    try:
+        trainer.fit()
+    except TrainingStopped as e:
+        print(f"stopped: {e}", file=sys.stderr)
+        return e.exit_code
+    finally:
+        if trainer.writer is not None:
+            trainer.writer.close()
+    print(f"done: {trainer.step} steps, best valid ppl {perplexity(trainer.best_val):.2f}; "
+          f"evaluate with python evaluate.py {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
