@@ -50,6 +50,18 @@ def detach(hidden):
     return [(h.detach(), c.detach()) for h, c in hidden]
 
 
+def regularized_loss(out, targets: torch.Tensor, alpha: float, beta: float):
+    """(mean NLL, NLL + AR + TAR) of one forward ([AWD] section 4.6, SPEC section 3).
+
+    AR penalises the dropped last-layer output g (the head's input); TAR penalises the change
+    of the raw last-layer output between consecutive time steps.
+    """
+    nll = F.nll_loss(out.log_probs.reshape(-1, out.log_probs.size(-1)), targets.reshape(-1))
+    ar = alpha * out.dropped_output.pow(2).mean()
+    tar = beta * (out.last_raw_output[1:] - out.last_raw_output[:-1]).pow(2).mean()
+    return nll, nll + ar + tar
+
+
 def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
     return [(s, min(s + small_batch_size, batch_size)) for s in range(0, batch_size, small_batch_size)]
 
@@ -119,12 +131,9 @@ class Trainer:
         for c, (start, end) in enumerate(self.chunks):
             out = self.model(inputs[:, start:end], detach(self.hidden[c]))
             self.hidden[c] = out.hidden
-            nll = F.nll_loss(out.log_probs.reshape(-1, out.log_probs.size(-1)),
-                             targets[:, start:end].reshape(-1))
-            ar = t.alpha * out.dropped_output.pow(2).mean()
-            tar = t.beta * (out.last_raw_output[1:] - out.last_raw_output[:-1]).pow(2).mean()
+            nll, loss = regularized_loss(out, targets[:, start:end], t.alpha, t.beta)
             weight = (end - start) / t.batch_size
-            loss = (nll + ar + tar) * weight
+            loss = loss * weight
             loss.backward()
             step_nll += nll.item() * weight
             step_loss += loss.item()
@@ -203,13 +212,17 @@ class Trainer:
 
     def fit(self) -> None:
         t = self.config.train
-        self.install_signal_handlers()
-        while self.epoch <= t.epochs:
-            if not self.train_epoch():
-                break
-            self.end_epoch()
-            if self.stop_signal:
-                break
+        previous_handlers = self.install_signal_handlers()
+        try:
+            while self.epoch <= t.epochs:
+                if not self.train_epoch():
+                    break
+                self.end_epoch()
+                if self.stop_signal:
+                    break
+        finally:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
         if self.stop_signal:
             raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
                                   f"{self.step}; saved {self.run_dir / 'last.pt'}; continue with "
@@ -232,13 +245,12 @@ class Trainer:
             self.scalar(f"epoch/{key}", record[key])
         self.scalar("epoch/asgd", float(self.averaging))
 
-    def install_signal_handlers(self) -> None:
+    def install_signal_handlers(self) -> dict:
         """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills."""
         def handler(signum, frame):
             self.stop_signal = signum
             signal.signal(signum, signal.SIG_DFL)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, handler)
+        return {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     # ------------------------------------------------------------------ checkpoints
     def save_best(self, val_loss: float) -> None:

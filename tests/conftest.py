@@ -24,3 +24,34 @@ def shared_data_dir() -> Path:
             "AWD_DATA_DIR is not set: it must point at the folder holding ptb/ and wikitext-2/"
         )
     return Path(value)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Keep the tokenised-corpus cache of the test session out of the user's ~/.cache."""
+    if "AWD_CACHE_DIR" not in os.environ:
+        os.environ["AWD_CACHE_DIR"] = str(tmp_path_factory.mktemp("awd-cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def ptb_slice(shared_data_dir, tmp_path_factory) -> Path:
+    """A data dir whose ptb/ holds the first lines of the real PTB splits (fast end-to-end runs)."""
+    root = tmp_path_factory.mktemp("ptb-slice")
+    (root / "ptb").mkdir()
+    for split, lines in (("train", 400), ("valid", 40), ("test", 40)):
+        with open(shared_data_dir / "ptb" / f"{split}.txt", encoding="utf-8") as f:
+            head = [next(f) for _ in range(lines)]
+        (root / "ptb" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+    return root
+
+
+# A model small enough that an epoch over `ptb_slice` takes about a second on CPU.
+TINY = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_size=4",
+        "train.bptt=8", "train.max_seq_len_delta=4", "train.eval_batch_size=2",
+        "run.device=cpu", "run.log_interval=10", "run.tensorboard=false"]
+
+
+@pytest.fixture
+def tiny_overrides(ptb_slice) -> list[str]:
+    return [f"data.data_dir={ptb_slice}"] + TINY

@@ -1,0 +1,77 @@
+"""AveragedSGD: the average is the mean of all iterates since the switch (SPEC section 3)."""
+from __future__ import annotations
+
+import torch
+
+from experiment.averaged_sgd import AveragedSGD
+
+
+def run(optimizer_cls, lrs, **kwargs):
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(4))
+    opt = optimizer_cls([p], lr=lrs[0], **kwargs)
+    iterates = []
+    for step, lr in enumerate(lrs):
+        opt.param_groups[0]["lr"] = lr                  # the per-step seq_len rescaling
+        p.grad = torch.sin(p.detach() * (step + 1))     # some gradient that depends on p
+        opt.step()
+        iterates.append(p.detach().clone())
+    return p, opt, iterates
+
+
+LRS = [1.0, 0.5, 2.0, 1.5, 0.25, 1.0, 3.0]
+
+
+def test_average_is_the_mean_of_all_iterates():
+    p, opt, iterates = run(AveragedSGD, LRS, weight_decay=0.01)
+    for n in range(1, len(iterates) + 1):
+        _, opt_n, it_n = run(AveragedSGD, LRS[:n], weight_decay=0.01)
+        torch.testing.assert_close(opt_n.averaged(opt_n.param_groups[0]["params"][0]),
+                                   torch.stack(it_n).mean(0), rtol=1e-6, atol=1e-6)
+
+
+def test_steps_match_torch_asgd_with_lr_one_step_late():
+    ours, _, ours_it = run(AveragedSGD, LRS, weight_decay=0.01)
+    ref, _, ref_it = run(torch.optim.ASGD, LRS, weight_decay=0.01, t0=0, lambd=0.0)
+    for a, b in zip(ours_it, ref_it):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_lr_reaches_the_update_one_step_late():
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = AveragedSGD([p], lr=1.0)
+    for lr, expected_step in ((1.0, 1.0), (5.0, 1.0), (2.0, 5.0), (2.0, 2.0)):
+        opt.param_groups[0]["lr"] = lr
+        before = p.item()
+        p.grad = torch.ones(1)
+        opt.step()
+        assert before - p.item() == expected_step
+
+
+def test_torch_asgd_leaves_out_the_first_iterate():
+    # Why AveragedSGD exists: pins torch's behaviour so a change in torch is noticed.
+    _, opt, iterates = run(torch.optim.ASGD, LRS, t0=0, lambd=0.0)
+    ax = opt.state[opt.param_groups[0]["params"][0]]["ax"]
+    torch.testing.assert_close(ax, torch.stack(iterates[1:]).mean(0), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(ax, torch.stack(iterates).mean(0))
+
+
+def test_state_dict_round_trip():
+    p, opt, _ = run(AveragedSGD, LRS[:3])
+    q = torch.nn.Parameter(p.detach().clone())
+    restored = AveragedSGD([q], lr=1.0)
+    restored.load_state_dict(opt.state_dict())
+    for lr in LRS[3:]:
+        for param, o in ((p, opt), (q, restored)):
+            o.param_groups[0]["lr"] = lr
+            param.grad = torch.cos(param.detach())
+            o.step()
+    assert torch.equal(p, q)
+    assert torch.equal(opt.averaged(p), restored.averaged(q))
+
+
+def test_unstepped_parameter_average_is_itself():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = AveragedSGD([p], lr=1.0)
+    assert opt.averaged(p) is p

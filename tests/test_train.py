@@ -1,0 +1,328 @@
+"""train.py and evaluate.py end to end on a PTB slice with a tiny model (SPEC section 3)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import evaluate
+import train
+from data import load_corpus
+from data.batching import batchify
+from experiment import checkpoint
+from experiment.config import load_config
+from experiment.evaluation import evaluate_nll
+from model import ModelOutput, build_model
+from model.heads.softmax import SoftmaxHead
+
+PTB = "configs/ptb/softmax.yaml"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def cli(script: str, *args: str, check_ok: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=REPO)
+    if check_ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def model_tensors(path: Path) -> dict:
+    ckpt = torch.load(path, weights_only=True)
+    tensors = dict(ckpt["model"])
+    if "optimizer" in ckpt:
+        for i, state in ckpt["optimizer"]["state"]["state"].items():
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    tensors[f"optimizer.{i}.{key}"] = value
+    return tensors
+
+
+def assert_bitwise_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs"
+
+
+@pytest.mark.parametrize("config, params, vocab", [
+    ("configs/ptb/softmax.yaml", 24_221_600, 10_000),
+    ("configs/wt2/softmax.yaml", 33_556_078, 33_278),
+])
+def test_dry_run_reports_the_papers_parameter_counts(shared_data_dir, config, params, vocab, tmp_path):
+    proc = cli("train.py", config, "--dry-run", f"run.dir={tmp_path / 'never'}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["params"] == params and summary["vocab_size"] == vocab
+    resolved = yaml.safe_load("\n".join(proc.stdout.strip().splitlines()[:-1]))
+    assert resolved["head"]["name"] == "softmax"
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.fixture(scope="module")
+def et_run(ptb_slice, tmp_path_factory):
+    """Two epochs, ASGD from epoch 2 (ET-ASGD at epoch 1), with small-batch accumulation."""
+    run_dir = tmp_path_factory.mktemp("runs") / "et"
+    from tests.conftest import TINY
+    argv = [PTB, f"data.data_dir={ptb_slice}", *TINY, "train.epochs=2", "train.asgd_switch_epoch=1",
+            "train.small_batch_size=2", "run.tensorboard=true", f"run.dir={run_dir}"]
+    assert train.main(argv) == 0
+    return run_dir
+
+
+def test_run_directory_contents(et_run):
+    assert {"config.yaml", "best.pt", "last.pt", "metrics.jsonl", "tensorboard"} <= {p.name for p in et_run.iterdir()}
+    assert any((et_run / "tensorboard").iterdir())
+    saved = load_config(et_run / "config.yaml")
+    assert saved.train.asgd_switch_epoch == 1 and saved.run.dir == str(et_run)
+    for name in ("best.pt", "last.pt"):                 # tensors and plain data only
+        ckpt = torch.load(et_run / name, weights_only=True)
+        assert ckpt["config"] == saved.to_dict()
+
+
+def test_et_asgd_switches_after_the_configured_epoch(et_run):
+    records = metrics(et_run)
+    assert [r["optimizer"] for r in records] == ["SGD", "ASGD"]
+    assert records[0].get("switched_to_asgd") and not records[1].get("switched_to_asgd")
+    last = torch.load(et_run / "last.pt", weights_only=True)
+    assert last["optimizer"]["averaged"] and last["progress"]["asgd_start_epoch"] == 2
+    for r in records:
+        assert r["seconds"] > 0 and math.isclose(r["val_ppl"], math.exp(r["val_loss"]))
+
+
+def test_validation_after_the_switch_uses_the_averaged_weights(et_run, ptb_slice):
+    config = load_config(et_run / "config.yaml")
+    corpus = load_corpus("ptb", ptb_slice)
+    last = torch.load(et_run / "last.pt", weights_only=True)
+    model = build_model(config, corpus.vocab_size)
+    model.load_state_dict(last["model"])
+    val = batchify(corpus.valid, config.train.eval_batch_size)
+    raw_loss = evaluate_nll(model, val, config.train.bptt)
+    params = [p for p in model.parameters()]
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            p.copy_(last["optimizer"]["state"]["state"][i]["ax"])
+    averaged_loss = evaluate_nll(model, val, config.train.bptt)
+    recorded = metrics(et_run)[-1]["val_loss"]
+    assert math.isclose(averaged_loss, recorded, rel_tol=1e-9)
+    assert not math.isclose(raw_loss, recorded, rel_tol=1e-6)
+
+
+def test_evaluate_reproduces_the_best_validation_and_prints_json(et_run):
+    proc = cli("evaluate.py", str(et_run), "--json")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    best = min(r["val_loss"] for r in metrics(et_run))
+    assert math.isclose(result["val_loss"], best, rel_tol=1e-9)
+    assert result["test_batch_size"] == 1 and result["val_batch_size"] == 2
+    assert math.isclose(result["test_ppl"], math.exp(result["test_loss"]))
+    assert "test ppl" in proc.stdout
+
+
+def make_trainer(ptb_slice, tmp_path, *overrides):
+    from tests.conftest import TINY
+    config = load_config(PTB, [f"data.data_dir={ptb_slice}", *TINY, f"run.dir={tmp_path}", *overrides])
+    corpus = load_corpus("ptb", ptb_slice)
+    torch.manual_seed(0)
+    model = build_model(config, corpus.vocab_size)
+    return train.Trainer(config, model, corpus, tmp_path, torch.device("cpu"))
+
+
+def test_nt_asgd_rule(ptb_slice, tmp_path):
+    trainer = make_trainer(ptb_slice, tmp_path, "train.asgd_trigger=nt", "train.nonmono=2")
+    trainer.val_history = [5.0, 4.0]
+    assert not trainer.should_switch_to_asgd(9.0)          # not more than nonmono losses yet
+    trainer.val_history = [5.0, 4.0, 3.0]
+    assert not trainer.should_switch_to_asgd(4.5)          # better than 5.0, the best but the last 2
+    assert trainer.should_switch_to_asgd(5.5)              # worse than every loss before the last 2
+    trainer.val_history = [5.0, 3.0, 4.0, 4.5]
+    assert trainer.should_switch_to_asgd(3.5)              # best of [5, 3] is 3
+    never = make_trainer(ptb_slice, tmp_path, "train.asgd_trigger=never")
+    never.val_history = [1.0] * 10
+    assert not never.should_switch_to_asgd(100.0)
+
+
+def test_lr_is_rescaled_by_sequence_length(ptb_slice, tmp_path):
+    trainer = make_trainer(ptb_slice, tmp_path, "train.lr=16")
+    trainer.hidden = [trainer.model.init_hidden(4)]
+    lengths = iter([4, 8, 12])
+    trainer.sampler.sample = lambda: next(lengths)
+    seen = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda: (seen.append(trainer.optimizer.param_groups[0]["lr"]), step())
+    for _ in range(3):
+        trainer.train_step()
+    assert seen == [16 * 4 / 8, 16 * 8 / 8, 16 * 12 / 8]
+    assert trainer.position == 24 and trainer.step == 3
+
+
+def test_small_batch_accumulation_is_the_same_maths(ptb_slice, tmp_path):
+    no_dropout = ["model.dropout=0", "model.dropouth=0", "model.dropouti=0", "model.dropoute=0", "model.wdrop=0"]
+    results = []
+    for small in (4, 2, 1):
+        trainer = make_trainer(ptb_slice, tmp_path, *no_dropout, f"train.small_batch_size={small}")
+        trainer.hidden = [trainer.model.init_hidden(e - s) for s, e in trainer.chunks]
+        trainer.sampler.sample = lambda: 8
+        for _ in range(3):
+            trainer.train_step()
+        results.append([p.detach().clone() for p in trainer.model.parameters()])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_regularized_loss_terms():
+    torch.manual_seed(0)
+    g = torch.randn(5, 2, 3)
+    raw = torch.randn(5, 2, 3)
+    log_probs = torch.log_softmax(torch.randn(5, 2, 7), -1)
+    targets = torch.randint(0, 7, (5, 2))
+    out = ModelOutput(log_probs, None, [], g, raw)
+    nll, loss = train.regularized_loss(out, targets, alpha=2.0, beta=1.0)
+    expected_nll = -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
+    expected = expected_nll + 2.0 * (g ** 2).mean() + ((raw[1:] - raw[:-1]) ** 2).mean()
+    torch.testing.assert_close(nll, expected_nll)
+    torch.testing.assert_close(loss, expected)
+
+
+def test_max_steps_and_resume_with_more_steps(ptb_slice, tmp_path, tiny_overrides):
+    run_dir = tmp_path / "steps"
+    assert train.main([PTB, *tiny_overrides, "run.max_steps=7", f"run.dir={run_dir}"]) == 0
+    progress = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
+    assert progress["step"] == 7 and progress["epoch"] == 1 and progress["position"] > 0
+    assert not (run_dir / "metrics.jsonl").exists()
+    assert train.main(["--resume", str(run_dir), "run.max_steps=12"]) == 0
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 12
+
+
+def test_refusals(ptb_slice, tmp_path, tiny_overrides, capsys):
+    run_dir = tmp_path / "r"
+    assert train.main([PTB, *tiny_overrides, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    # a second run into the same directory
+    assert train.main([PTB, *tiny_overrides, "run.max_steps=2", f"run.dir={run_dir}"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    # changing the maths of a run when resuming
+    assert train.main(["--resume", str(run_dir), "train.lr=1"]) == 2
+    assert "only run.* and data.data_dir can change" in capsys.readouterr().err
+    # a checkpoint whose vocabulary is not the corpus's
+    other = tmp_path / "other-data"
+    (other / "ptb").mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        lines = (ptb_slice / "ptb" / f"{split}.txt").read_text().splitlines(keepends=True)
+        (other / "ptb" / f"{split}.txt").write_text("".join(lines[: len(lines) // 2]))
+    assert evaluate.main([str(run_dir / "last.pt"), "--data-dir", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vocabulary" in err and "\n" not in err
+    # a checkpoint whose shapes are not what its config builds
+    ckpt = torch.load(run_dir / "last.pt", weights_only=True)
+    ckpt["config"]["model"]["nhid"] = 30
+    checkpoint.save_atomic(ckpt, tmp_path / "bad.pt")
+    assert evaluate.main([str(tmp_path / "bad.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has shape" in err and "\n" not in err
+    # not a checkpoint at all
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert evaluate.main([str(tmp_path / "junk.pt")]) == 2
+    assert "not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
+        ptb_slice, tmp_path, tiny_overrides, monkeypatch, capsys):
+    run_dir = tmp_path / "nan"
+    forward = SoftmaxHead.forward
+    calls = {"n": 0}
+
+    def failing_forward(self, hidden):
+        out = forward(self, hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 12:       # the 12th training forward, i.e. step 12
+                return out._replace(log_probs=out.log_probs * float("nan"))
+        return out
+
+    monkeypatch.setattr(SoftmaxHead, "forward", failing_forward)
+    code = train.main([PTB, *tiny_overrides, "run.checkpoint_every_steps=5", f"run.dir={run_dir}"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "non-finite loss" in err and "step 12" in err
+    last = torch.load(run_dir / "last.pt", weights_only=True)
+    assert last["progress"]["step"] == 10
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+
+
+# ---------------------------------------------------------------------- interrupted runs
+RESUME_ARGS = ["train.epochs=2", "train.asgd_switch_epoch=1", "train.small_batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ptb_slice, tmp_path_factory):
+    from tests.conftest import TINY
+    run_dir = tmp_path_factory.mktemp("runs") / "uninterrupted"
+    cli("train.py", PTB, f"data.data_dir={ptb_slice}", *TINY, *RESUME_ARGS, f"run.dir={run_dir}")
+    return run_dir
+
+
+def start(run_dir: Path, ptb_slice, *extra) -> subprocess.Popen:
+    from tests.conftest import TINY
+    return subprocess.Popen([sys.executable, "train.py", PTB, f"data.data_dir={ptb_slice}", *TINY,
+                             *RESUME_ARGS, f"run.dir={run_dir}", *extra], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(ptb_slice, tmp_path, uninterrupted):
+    run_dir = tmp_path / "killed"
+    rng = random.Random(os.getpid())
+    proc = start(run_dir, ptb_slice, "run.checkpoint_every_steps=1")
+    kills = 0
+    while True:
+        wait_for(run_dir / "last.pt", proc)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        proc = subprocess.Popen([sys.executable, "train.py", "--resume", str(run_dir)], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if kills == 3:
+            break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert kills >= 1, "the run finished before it could be killed; the test proved nothing"
+    assert_bitwise_equal(model_tensors(run_dir / "last.pt"), model_tensors(uninterrupted / "last.pt"))
+    assert_bitwise_equal(model_tensors(run_dir / "best.pt"), model_tensors(uninterrupted / "best.pt"))
+    assert [r["val_loss"] for r in metrics(run_dir)][-1] == [r["val_loss"] for r in metrics(uninterrupted)][-1]
+
+
+def test_sigterm_saves_a_checkpoint_that_resumes_exactly(ptb_slice, tmp_path, uninterrupted):
+    run_dir = tmp_path / "terminated"
+    proc = start(run_dir, ptb_slice, "run.checkpoint_every_steps=40")
+    wait_for(run_dir / "last.pt", proc)           # training is under way
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and "--resume" in err
+    progress = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
+    assert progress["step"] > 0
+    cli("train.py", "--resume", str(run_dir))
+    assert_bitwise_equal(model_tensors(run_dir / "last.pt"), model_tensors(uninterrupted / "last.pt"))
