@@ -23,6 +23,16 @@ import torch.nn.functional as F
 warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
 
 
+def keep_mask(shape, p: float, like: torch.Tensor) -> torch.Tensor:
+    """A Bernoulli(1 - p) mask of `shape`, scaled by 1/(1-p), in like's dtype and device.
+
+    Drawn as uniform >= p: on CPU this is several times faster than bernoulli_ (which
+    F.dropout uses), and the weight drop draws millions of entries every step.
+    """
+    uniform = torch.rand(shape, dtype=like.dtype, device=like.device)
+    return (uniform >= p).to(like.dtype).mul_(1.0 / (1.0 - p))
+
+
 def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Look up ids in `weight`, dropping whole words (rows) with probability p.
 
@@ -33,16 +43,14 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, trainin
     emb = F.embedding(ids, weight)
     if not training or p == 0:
         return emb
-    keep = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)
-    return emb * F.embedding(ids, keep)
+    return emb * F.embedding(ids, keep_mask((weight.size(0), 1), p, weight))
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Variational dropout on x (T, B, H): one mask per sequence, shared by all time steps."""
     if not training or p == 0:
         return x
-    mask = x.new_empty(1, x.size(1), x.size(2)).bernoulli_(1 - p) / (1 - p)
-    return x * mask
+    return x * keep_mask((1, x.size(1), x.size(2)), p, x)
 
 
 class WeightDropLSTM(nn.Module):
@@ -78,7 +86,9 @@ class WeightDropLSTM(nn.Module):
             nn.init.uniform_(weight, -bound, bound)
 
     def dropped_weight_hh(self) -> torch.Tensor:
-        return F.dropout(self.weight_hh, p=self.weight_drop, training=self.training)
+        if not self.training or self.weight_drop == 0:
+            return self.weight_hh
+        return self.weight_hh * keep_mask(self.weight_hh.shape, self.weight_drop, self.weight_hh)
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
         """x (T, B, input_size); state (h, c), each (1, B, hidden_size)."""

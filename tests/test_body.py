@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from experiment.config import load_config
 from model import build_model
-from model.body import AWDLSTMBody, WeightDropLSTM, embedding_dropout, locked_dropout
+from model.body import AWDLSTMBody, WeightDropLSTM, embedding_dropout, keep_mask, locked_dropout
 
 
 def reference_lstm(layer: WeightDropLSTM, weight_hh: torch.Tensor) -> torch.nn.LSTM:
@@ -95,6 +95,14 @@ class TestWeightDrop:
         assert [name for name, _ in layer.named_parameters()] == names   # nothing swapped at run time
 
 
+def test_keep_mask_probability_and_scale():
+    torch.manual_seed(0)
+    mask = keep_mask((1000, 1000), 0.3, torch.empty(0))
+    assert abs((mask == 0).float().mean().item() - 0.3) < 0.002
+    kept = mask[mask != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 1 / 0.7))
+
+
 class TestLockedDropout:
     def test_one_mask_per_sequence_shared_over_time(self):
         torch.manual_seed(0)
@@ -134,7 +142,7 @@ class TestEmbeddingDropout:
         torch.manual_seed(1)
         fast = embedding_dropout(ids, weight, 0.2, training=True)
         torch.manual_seed(1)
-        mask = weight.new_empty(30, 1).bernoulli_(0.8) / 0.8
+        mask = keep_mask((30, 1), 0.2, weight)
         slow = F.embedding(ids, weight * mask)
         torch.testing.assert_close(fast, slow)
 

@@ -1,0 +1,111 @@
+"""Training-step cost of the AWD-LSTM body against a plain LSTM stack, and eval throughput.
+
+    AWD_DATA_DIR=../shared/data python benchmarks/bench_step.py [--config configs/ptb/softmax.yaml]
+
+The AWD step is train.py's own Trainer.train_step (forward with every dropout, AR/TAR,
+backward, clipping, SGD) at bptt 70 with the config's batch size. The plain step is an
+embedding, three nn.LSTM layers of the same sizes, the tied decoder and the same loss,
+clipping and SGD, with no dropout of any kind. Steps are interleaved (AWD, plain, AWD, ...)
+so drifts in machine speed hit both; medians are reported. Target: AWD <= 1.10x plain.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import train  # noqa: E402
+from data import load_corpus  # noqa: E402
+from data.batching import batchify, get_batch  # noqa: E402
+from experiment.config import load_config  # noqa: E402
+from experiment.evaluation import evaluate_nll  # noqa: E402
+from model import build_model  # noqa: E402
+
+
+class PlainLSTMModel(nn.Module):
+    def __init__(self, vocab_size: int, emsize: int, nhid: int, nhidlast: int):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab_size, emsize)
+        self.rnns = nn.ModuleList([nn.LSTM(emsize, nhid), nn.LSTM(nhid, nhid), nn.LSTM(nhid, nhidlast)])
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, ids):
+        x = self.encoder(ids)
+        for rnn in self.rnns:
+            x, _ = rnn(x)
+        return F.log_softmax(F.linear(x, self.encoder.weight, self.bias), dim=-1)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/ptb/softmax.yaml")
+    parser.add_argument("--steps", type=int, default=7, help="timed steps of each model (median)")
+    parser.add_argument("--eval-tokens", type=int, default=3500, help="test tokens for eval throughput")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+
+    config = load_config(args.config, ["run.device=cpu", "run.tensorboard=false", *args.overrides])
+    corpus = load_corpus(config.data.dataset, config.data.data_dir)
+    torch.manual_seed(0)
+    model = build_model(config, corpus.vocab_size)
+    trainer = train.Trainer(config, model, corpus, Path(tempfile.mkdtemp()), torch.device("cpu"))
+    trainer.hidden = [model.init_hidden(end - start) for start, end in trainer.chunks]
+    trainer.sampler.sample = lambda: config.train.bptt          # fixed length: comparable steps
+
+    m, t = config.model, config.train
+    plain = PlainLSTMModel(corpus.vocab_size, m.emsize, m.nhid, m.nhidlast)
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=t.lr, weight_decay=t.wdecay)
+    plain_data = batchify(corpus.train, t.batch_size)
+    position = [0]
+
+    def plain_step():
+        inputs, targets = get_batch(plain_data, position[0], t.bptt)
+        position[0] += t.bptt
+        plain_opt.zero_grad(set_to_none=True)
+        log_probs = plain(inputs)
+        F.nll_loss(log_probs.view(-1, log_probs.size(-1)), targets.reshape(-1)).backward()
+        torch.nn.utils.clip_grad_norm_(plain.parameters(), t.clip)
+        plain_opt.step()
+
+    for _ in range(2):                                              # warm-up
+        trainer.train_step()
+        plain_step()
+    awd_times, plain_times = [], []
+    for _ in range(args.steps):
+        awd_times.append(timed(trainer.train_step))
+        plain_times.append(timed(plain_step))
+    awd, base = statistics.median(awd_times), statistics.median(plain_times)
+
+    test = batchify(corpus.test[: args.eval_tokens + 1], 1)
+    seconds = timed(lambda: evaluate_nll(model, test, t.bptt))
+    result = {
+        "config": args.config, "threads": torch.get_num_threads(),
+        "batch_size": t.batch_size, "bptt": t.bptt,
+        "awd_step_s": round(awd, 4), "plain_step_s": round(base, 4), "ratio": round(awd / base, 4),
+        "awd_steps_s": [round(x, 4) for x in awd_times], "plain_steps_s": [round(x, 4) for x in plain_times],
+        "eval_batch1_tokens_per_s": round((test.size(0) - 1) / seconds, 1),
+    }
+    print(f"AWD step  {awd:.3f} s (median of {args.steps})")
+    print(f"plain step {base:.3f} s  -> ratio {awd / base:.3f} (target <= 1.10)")
+    print(f"evaluation at batch size 1: {result['eval_batch1_tokens_per_s']:.0f} tokens/s")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
