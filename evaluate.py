@@ -2,6 +2,8 @@
 
     python evaluate.py runs/ptb-softmax-seed141            # its best.pt
     python evaluate.py runs/x/last.pt --json               # a checkpoint file; JSON last line
+
+The results are also written beside the checkpoint as eval_<checkpoint name>.json.
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ def main(argv=None) -> int:
     print(f"{run.path}: {results['head']} on {results['dataset']}, epoch {results['epoch']}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "
           f"test ppl {results['test_ppl']:.2f} (batch {results['test_batch_size']})")
+    # Saved beside the checkpoint for the result tables (eval_best.json for best.pt).
+    (run.run_dir / f"eval_{run.path.stem}.json").write_text(json.dumps(results, indent=1) + "\n")
     if args.json:
         print(json.dumps(results))
     return 0

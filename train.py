@@ -4,6 +4,7 @@
     python train.py configs/ptb/softmax.yaml train.lr=30 run.dir=runs/x
     python train.py configs/ptb/softmax.yaml --dry-run          # resolved config + param count
     python train.py --resume runs/x                             # continue an interrupted run
+    python train.py --finetune runs/x                           # AWD-LSTM's second stage
 
 One optimizer step:
   1. draw seq_len (variable BPTT) and scale every param group's lr by seq_len / bptt;
@@ -75,7 +76,8 @@ class Trainer:
         self.vocab = {"vocab_size": corpus.vocab_size, "vocab_sha256": corpus.vocab_sha256}
         self.chunks = column_chunks(t.batch_size, config.small_batch_size)
         self.sampler = SequenceLengthSampler(t.bptt, t.max_seq_len_delta, t.seed)
-        self.optimizer = self.make_optimizer(torch.optim.SGD)
+        averaging_from_start = t.asgd_trigger == "start"
+        self.optimizer = self.make_optimizer(AveragedSGD if averaging_from_start else torch.optim.SGD)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # Progress, all of it saved in last.pt so a resumed run continues exactly.
         self.epoch = 1                 # the epoch in progress
@@ -85,7 +87,8 @@ class Trainer:
         self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
         self.val_history: list[float] = []
         self.best_val = math.inf
-        self.asgd_start_epoch = None   # first epoch trained with averaging
+        self.asgd_start_epoch = 1 if averaging_from_start else None  # first averaged epoch
+        self.finished = False          # all epochs done, or stopped by early_stop_nonmono
         self.stop_signal = None
         self.writer = None
 
@@ -107,16 +110,19 @@ class Trainer:
     def averaging(self) -> bool:
         return isinstance(self.optimizer, AveragedSGD)
 
+    def non_monotone(self, val_loss: float) -> bool:
+        """[AWD] Algorithm 1: more than `nonmono` losses recorded and the new one is worse
+        than the best of all but the last `nonmono` (val_history does not hold val_loss yet)."""
+        n, history = self.config.train.nonmono, self.val_history
+        return len(history) > n and val_loss > min(history[:-n])
+
     def should_switch_to_asgd(self, val_loss: float) -> bool:
         t = self.config.train
-        if self.averaging or t.asgd_trigger == "never":
+        if self.averaging or t.asgd_trigger in ("never", "start"):
             return False
         if t.asgd_trigger == "et":
             return self.epoch >= t.asgd_switch_epoch
-        # NT-ASGD: more than `nonmono` losses recorded and the new one is worse than the best
-        # of all but the last `nonmono` ([AWD] Algorithm 1; val_history excludes val_loss).
-        history = self.val_history
-        return len(history) > t.nonmono and val_loss > min(history[:-t.nonmono])
+        return self.non_monotone(val_loss)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> float:
@@ -203,18 +209,21 @@ class Trainer:
             self.optimizer = self.make_optimizer(AveragedSGD)
             self.asgd_start_epoch = self.epoch + 1
             record["switched_to_asgd"] = True
+        elif t.early_stop_nonmono and self.averaging and self.non_monotone(val_loss):
+            self.finished = True          # finetuning's end ([AWD] finetune.py)
+            record["early_stop"] = True
         self.val_history.append(val_loss)
         self.log_epoch(record)
         self.epoch += 1
+        self.finished = self.finished or self.epoch > t.epochs
         self.position, self.hidden = 0, None
         self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
         self.save_last()
 
     def fit(self) -> None:
-        t = self.config.train
         previous_handlers = self.install_signal_handlers()
         try:
-            while self.epoch <= t.epochs:
+            while not self.finished:
                 if not self.train_epoch():
                     break
                 self.end_epoch()
@@ -237,7 +246,8 @@ class Trainer:
         line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
                 f"train ppl {record['train_ppl']:8.2f} | valid ppl {record['val_ppl']:8.2f} | "
                 f"lr {record['lr']:g} | {record['seconds']:7.1f} s | {record['optimizer']}"
-                + (" | switching to ASGD" if record.get("switched_to_asgd") else ""))
+                + (" | switching to ASGD" if record.get("switched_to_asgd") else "")
+                + (" | no longer improving: done" if record.get("early_stop") else ""))
         tqdm.write(line)
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -270,7 +280,8 @@ class Trainer:
                 "hidden": None if self.hidden is None else [list(map(list, h)) for h in self.hidden],
                 "epoch_nll_sum": self.epoch_nll_sum, "epoch_tokens": self.epoch_tokens,
                 "epoch_seconds": self.epoch_seconds, "val_history": list(self.val_history),
-                "best_val": self.best_val, "asgd_start_epoch": self.asgd_start_epoch},
+                "best_val": self.best_val, "asgd_start_epoch": self.asgd_start_epoch,
+                "finished": self.finished},
             "rng": checkpoint.rng_state(self.sampler)}, self.run_dir / "last.pt")
 
     def load_last(self, ckpt: dict, path: Path) -> None:
@@ -285,7 +296,7 @@ class Trainer:
         self.epoch_nll_sum, self.epoch_tokens = p["epoch_nll_sum"], p["epoch_tokens"]
         self.epoch_seconds = p["epoch_seconds"]
         self.val_history, self.best_val = list(p["val_history"]), p["best_val"]
-        self.asgd_start_epoch = p["asgd_start_epoch"]
+        self.asgd_start_epoch, self.finished = p["asgd_start_epoch"], p["finished"]
         checkpoint.restore_rng_state(ckpt["rng"], self.sampler)
 
 
@@ -323,6 +334,10 @@ def parse_args(argv=None):
     parser.add_argument("config", nargs="?", help="config file, e.g. configs/ptb/softmax.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last.pt")
+    parser.add_argument("--finetune", metavar="RUN_DIR",
+                        help="second training stage: start from RUN_DIR/best.pt with ASGD from the "
+                             "first step until NT-ASGD's rule says it stopped improving; writes "
+                             "RUN_DIR/finetune unless run.dir is given")
     parser.add_argument("--dry-run", action="store_true",
                         help="build data and model, print the resolved config and a JSON summary, exit")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
@@ -332,10 +347,8 @@ def parse_args(argv=None):
         args.config = None
     if args.data_dir:
         args.overrides.append(f"data.data_dir={args.data_dir}")
-    if not args.config and not args.resume:
-        parser.error("give a config file (e.g. configs/ptb/softmax.yaml) or --resume RUN_DIR")
-    if args.config and args.resume:
-        parser.error("--resume takes its config from the run directory; give no config file")
+    if sum(map(bool, (args.config, args.resume, args.finetune))) != 1:
+        parser.error("give one of: a config file, --resume RUN_DIR, --finetune RUN_DIR")
     return args
 
 
@@ -355,6 +368,12 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
                                   f"when resuming; {key} is fixed by {ckpt_path}")
         config = load_config(None, list(args.overrides) + [f"run.dir={run_dir}"], base=ckpt["config"])
         return config, run_dir, ckpt
+    if args.finetune:
+        source = Path(args.finetune)
+        finetune = [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
+                    "train.early_stop_nonmono=true", f"run.dir={source / 'finetune'}"]
+        config = load_config(source / "config.yaml", finetune + list(args.overrides))
+        return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
     if config.run.dir:
         run_dir = Path(config.run.dir)
@@ -387,8 +406,21 @@ def main(argv=None) -> int:
         print(f"error: {run_dir} already holds a run; continue it with "
               f"python train.py --resume {run_dir} or choose another run.dir", file=sys.stderr)
         return 2
+    if resume_ckpt is None and config.train.init_from:
+        try:
+            init = checkpoint.load(config.train.init_from)
+            checkpoint.check_vocabulary(init, corpus, config.train.init_from)
+            checkpoint.load_model_state(model, init["model"], config.train.init_from)
+        except CheckpointError as e:
+            print(f"error: train.init_from: {e}", file=sys.stderr)
+            return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    if resume_ckpt is None:
+        (run_dir / "run.json").write_text(json.dumps({
+            "params": count_parameters(model), "vocab_size": corpus.vocab_size,
+            "dataset": config.data.dataset, "head": config.head_name, "seed": config.train.seed,
+            "device": str(device), "torch": torch.__version__}, indent=1) + "\n", encoding="utf-8")
     model.to(device)
     trainer = Trainer(config, model, corpus, run_dir, device)
     try:

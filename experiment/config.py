@@ -75,9 +75,11 @@ class TrainConfig:
     wdecay: float = 1.2e-6
     alpha: float = 2.0                      # AR: activation regularisation
     beta: float = 1.0                       # TAR: temporal activation regularisation
-    asgd_trigger: Literal["et", "nt", "never"] = "et"
-    asgd_switch_epoch: int = 200            # ET-ASGD: switch after this epoch
+    asgd_trigger: Literal["et", "nt", "start", "never"] = "et"   # start: average from step 1
+    asgd_switch_epoch: int = 200            # ET-ASGD: epochs 1..N use SGD, averaging from N+1
     nonmono: int = 5                        # NT-ASGD: non-monotone interval
+    early_stop_nonmono: bool = False        # end training when the NT-ASGD rule fires on ASGD
+    init_from: Optional[str] = None         # checkpoint whose model weights start the run
     eval_batch_size: int = 10
     test_batch_size: int = 1
 

@@ -43,7 +43,7 @@ def test_overrides_are_typed():
     ("model.dropout=1.5", "model.dropout: expected a probability in [0, 1), got 1.5"),
     ("model.wdrop=-0.1", "model.wdrop: expected a probability"),
     ("train.lr=0", "train.lr: expected a value > 0"),
-    ("train.asgd_trigger=sometimes", "train.asgd_trigger: expected one of 'et', 'nt', 'never'"),
+    ("train.asgd_trigger=sometimes", "train.asgd_trigger: expected one of 'et', 'nt', 'start', 'never'"),
     ("run.tensorboard=maybe", "run.tensorboard: expected true or false"),
     ("head.name=nope", "head.name: expected one of"),
     ("head.k=2", "unknown key head.k"),

@@ -326,3 +326,31 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly(ptb_slice, tmp_path, un
     assert progress["step"] > 0
     cli("train.py", "--resume", str(run_dir))
     assert_bitwise_equal(model_tensors(run_dir / "last.pt"), model_tensors(uninterrupted / "last.pt"))
+
+
+def test_finetune_starts_from_the_best_model_with_asgd_and_stops_when_not_improving(
+        et_run, tmp_path, capsys):
+    run_dir = tmp_path / "finetuned"
+    code = train.main(["--finetune", str(et_run), "train.epochs=6", "train.nonmono=1",
+                       f"run.dir={run_dir}"])
+    assert code == 0
+    config = load_config(run_dir / "config.yaml")
+    assert config.train.asgd_trigger == "start" and config.train.init_from == str(et_run / "best.pt")
+    records = metrics(run_dir)
+    assert all(r["optimizer"] == "ASGD" for r in records)
+    # NT rule with nonmono=1: stop after the first epoch i whose loss is worse than the best
+    # of epochs 0..i-2; otherwise run all 6 epochs.
+    losses = [r["val_loss"] for r in records]
+    fires = [i for i in range(len(losses)) if i > 1 and losses[i] > min(losses[: i - 1])]
+    assert len(records) == (fires[0] + 1 if fires else 6)
+    assert bool(records[-1].get("early_stop")) == bool(fires)
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["finished"]
+    # The first epoch starts from best.pt's weights, not from a fresh init.
+    best = torch.load(et_run / "best.pt", weights_only=True)["model"]
+    torch.manual_seed(0)
+    assert train.main(["--finetune", str(et_run), "run.max_steps=0", f"run.dir={tmp_path / 'f0'}"]) == 2
+    assert "run.max_steps: expected a value > 0" in capsys.readouterr().err
+    assert train.main(["--finetune", str(et_run), "run.max_steps=1", f"run.dir={tmp_path / 'f1'}"]) == 0
+    moved = torch.load(tmp_path / "f1" / "last.pt", weights_only=True)["model"]
+    start_diff = (moved["body.encoder.weight"] - best["body.encoder.weight"]).abs().max()
+    assert 0 < start_diff < 0.5

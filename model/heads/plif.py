@@ -1,0 +1,169 @@
+"""LMS-PLIF ([LMS] section 4) and its frozen variant LMS-PLIF† ([SB] Table 3).
+
+log_probs = log_softmax(f(l)) with f a Piecewise Linear Increasing Function: K + 1 equally
+spaced knots on [-T, T], Delta = 2T/K, slopes s_i = softplus(v_i) > 0. For x in bucket
+i = clamp(floor((x + T) / Delta), 0, K - 1),
+
+    f(x) = s_i (x - knot_i) + Delta * sum_{j<i} s_j,        knot_i = -T + i Delta,
+
+so f is continuous, and logits outside [-T, T] continue the two edge pieces.
+
+The forward pass is a bucket lookup and two gathers (s_i and the offset at knot i). The
+gradient needs, per logit, only the logit itself (the bucket is recomputed), so the
+function saves l and nothing else per logit: memory does not grow with K x batch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .base import FusedKernel, HeadOutput, OutputHead
+from .softmax import TiedDecoder
+
+
+@dataclass(frozen=True)
+class FrozenPLIFOptions:
+    knots: int = 100_000   # K, the number of linear pieces
+    bound: float = 20.0    # T: the knots span [-T, T]
+    compile: bool = True   # fuse the per-logit kernels with torch.compile (eager fallback)
+
+    def __post_init__(self):
+        if self.knots < 1:
+            raise ValueError(f"knots: expected an integer >= 1, got {self.knots}")
+        if not (math.isfinite(self.bound) and self.bound > 0):
+            raise ValueError(f"bound: expected a finite value > 0, got {self.bound}")
+
+
+@dataclass(frozen=True)
+class PLIFOptions(FrozenPLIFOptions):
+    lr: float = 0.02       # base learning rate of v (its own optimizer group; same weight decay)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr: expected a finite value > 0, got {self.lr}")
+
+
+def _bucket(x: torch.Tensor, bound: float, knots: int) -> torch.Tensor:
+    """i = clamp(floor((x + T) / Delta), 0, K - 1) as int32."""
+    # Clamp while still floating point: huge or infinite logits must not reach the integer
+    # conversion (it would overflow). Truncation is floor once the value is >= 0.
+    i = ((x + bound) * (knots / (2 * bound))).clamp(0, knots - 1).int()
+    # A NaN logit converts to an arbitrary integer; clamping again keeps the gathers in
+    # bounds, and f(NaN) is still NaN.
+    return i.clamp(0, knots - 1)
+
+
+def _offset_in_bucket(x: torch.Tensor, i: torch.Tensor, bound: float, knots: int) -> torch.Tensor:
+    """x - knot_i, in x's dtype."""
+    return x - (i.to(x.dtype) * (2 * bound / knots) - bound)
+
+
+def _forward_kernel(x: torch.Tensor, slopes: torch.Tensor, offsets: torch.Tensor,
+                    bound: float) -> torch.Tensor:
+    knots = slopes.shape[0]
+    i = _bucket(x, bound, knots)
+    return slopes[i] * _offset_in_bucket(x, i, bound, knots) + offsets[i]
+
+
+def _backward_kernel(x: torch.Tensor, slopes: torch.Tensor, grad: torch.Tensor, bound: float,
+                     slopes_need_grad: bool):
+    """grad * f'(x), and per bucket j: sum of grad * (x - knot_j) and sum of grad."""
+    knots = slopes.shape[0]
+    i = _bucket(x, bound, knots)
+    grad_x = grad * slopes[i]
+    if not slopes_need_grad:
+        return grad_x, None, None
+    weighted = grad * _offset_in_bucket(x, i, bound, knots)
+    in_bucket = torch.zeros_like(slopes).index_add(0, i, weighted)
+    per_bucket = torch.zeros_like(slopes).index_add(0, i, grad)
+    return grad_x, in_bucket, per_bucket
+
+
+_FORWARD = FusedKernel(_forward_kernel)
+_BACKWARD = FusedKernel(_backward_kernel)
+
+
+def _exclusive_cumsum(t: torch.Tensor) -> torch.Tensor:
+    """out_i = sum_{j<i} t_j."""
+    return torch.cat([t.new_zeros(1), torch.cumsum(t, 0)[:-1]])
+
+
+class _PLIF(torch.autograd.Function):
+    """f(x) for every logit x, as defined in the module docstring, with s = softplus(v).
+
+    d f(x) / d x = s_i. For the slopes, d f(x) / d s_j is (x - knot_i) for j = i, Delta for
+    every j < i, and 0 above i. Backward therefore scatter-adds grad * (x - knot_i) and grad
+    into per-bucket sums, adds Delta times the sum of grad over all buckets above j, and
+    multiplies by d s / d v = sigmoid(v). Taking v rather than s as input means the only
+    tensors saved are the logits and v itself (a parameter, stored anyway).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, v: torch.Tensor, bound: float,
+                compiled: bool) -> torch.Tensor:
+        slopes = F.softplus(v)
+        offsets = (2 * bound / v.shape[0]) * _exclusive_cumsum(slopes)
+        ctx.save_for_backward(logits, v)
+        ctx.bound, ctx.compiled = bound, compiled
+        return _FORWARD(logits.reshape(-1), slopes, offsets, bound,
+                        compiled=compiled).view_as(logits)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, v = ctx.saved_tensors
+        v_needs_grad = ctx.needs_input_grad[1]
+        grad_x, in_bucket, per_bucket = _BACKWARD(
+            logits.reshape(-1), F.softplus(v), grad.reshape(-1), ctx.bound, v_needs_grad,
+            compiled=ctx.compiled)
+        grad_v = None
+        if v_needs_grad:
+            delta = 2 * ctx.bound / v.shape[0]
+            above = _exclusive_cumsum(per_bucket.flip(0)).flip(0)   # sum over buckets > j
+            grad_v = (in_bucket + delta * above) * torch.sigmoid(v)
+        return grad_x.view_as(logits), grad_v, None, None
+
+
+def plif(logits: torch.Tensor, v: torch.Tensor, bound: float,
+         compiled: bool = False) -> torch.Tensor:
+    """The PLIF on [-bound, bound] with slopes softplus(v) (K of them), elementwise."""
+    return _PLIF.apply(logits, v, float(bound), compiled)
+
+
+class PLIFHead(OutputHead):
+    """LMS-PLIF: the slopes are learnt, through v, with a learning rate of their own."""
+
+    Options = PLIFOptions
+    trainable_slopes = True
+
+    def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
+                 tied_weight: nn.Parameter):
+        super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
+        self.decoder = TiedDecoder(vocab_size, tied_weight)
+        # N(0, 1) + log(e - 1): softplus(log(e - 1)) = 1, so f starts near the identity.
+        v = torch.randn(options.knots) + math.log(math.e - 1)
+        if self.trainable_slopes:
+            self.v = nn.Parameter(v)
+        else:
+            self.register_buffer("v", v)   # in state_dict, not a parameter
+
+    def forward(self, hidden: torch.Tensor) -> HeadOutput:
+        transformed = plif(self.decoder(hidden), self.v, self.options.bound, self.options.compile)
+        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+
+    def extra_param_groups(self) -> list[dict]:
+        return [{"params": [self.v], "lr": self.options.lr}]
+
+
+class FrozenPLIFHead(PLIFHead):
+    """LMS-PLIF†: the slopes keep their random initial values."""
+
+    Options = FrozenPLIFOptions
+    trainable_slopes = False
+
+    def extra_param_groups(self) -> list[dict]:
+        return []

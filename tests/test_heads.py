@@ -1,0 +1,350 @@
+"""Output heads (SPEC section 4): the registry, each head's maths against a direct
+reference, gradients, normalisation, extreme inputs, eval determinism, options and
+parameter counts (SPEC section 6). PLIF's own function is tested in test_plif.py."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model import LanguageModel, count_parameters
+from model.body import AWDLSTMBody
+from model.heads import HEADS
+from model.heads.base import FusedKernel
+from model.heads.mixture import MixtureOptions
+from model.heads.plif import FrozenPLIFOptions, PLIFOptions
+from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions, gss_transform
+
+V, E, NHIDLAST_MIX, T, B = 13, 6, 5, 4, 3
+POINTWISE = ["ss", "gss", "plif", "plif_frozen"]          # heads that return f(l)
+
+# Small options for every head; eager kernels (the compiled ones are tested on their own).
+SMALL = {
+    "softmax": HEADS["softmax"].Options(),
+    "ss": SigSoftmaxOptions(compile=False),
+    "gss": GSSOptions(c=-1.5, k=2.5, compile=False),
+    "plif": PLIFOptions(knots=16, bound=4.0, compile=False),
+    "plif_frozen": FrozenPLIFOptions(knots=16, bound=4.0, compile=False),
+    "mos": MixtureOptions(components=3, dropoutl=0.29),
+    "moc": MixtureOptions(components=3, dropoutl=0.29),
+}
+
+
+def nhidlast_of(name: str) -> int:
+    return E if HEADS[name].requires_nhidlast_equal_emsize else NHIDLAST_MIX
+
+
+def make_head(name: str, options=None, dtype=torch.float32, seed: int = 0):
+    torch.manual_seed(seed)
+    embedding = nn.Parameter(torch.empty(V, E).uniform_(-0.5, 0.5))
+    head = HEADS[name](options or SMALL[name], V, E, nhidlast_of(name), embedding)
+    with torch.no_grad():   # a non-zero bias so that tests see it
+        head.decoder.bias.uniform_(-0.3, 0.3)
+    return head.to(dtype)
+
+
+def hidden_for(name: str, dtype=torch.float32, scale: float = 1.0, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(T, B, nhidlast_of(name), generator=generator, dtype=dtype) * scale
+
+
+# --- the registry and the interface ---------------------------------------------------------
+
+def test_registry_names_every_head():
+    assert set(HEADS) == {"softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc"}
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_linear_heads_need_nhidlast_equal_emsize(name):
+    assert HEADS[name].requires_nhidlast_equal_emsize == (name not in ("mos", "moc"))
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_output_shapes_and_transformed_logits(name):
+    head = make_head(name)
+    out = head(hidden_for(name))
+    assert out.log_probs.shape == (T, B, V)
+    if name in POINTWISE:
+        assert out.transformed_logits.shape == (T, B, V)
+        # log_probs is the log_softmax of the returned f(l)
+        torch.testing.assert_close(out.log_probs, F.log_softmax(out.transformed_logits, -1))
+    else:
+        assert out.transformed_logits is None
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_decoder_weight_is_the_embedding_and_bias_starts_at_zero(name):
+    embedding = nn.Parameter(torch.randn(V, E))
+    head = HEADS[name](SMALL[name], V, E, nhidlast_of(name), embedding)
+    assert head.decoder.weight is embedding
+    assert torch.equal(head.decoder.bias, torch.zeros(V))
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_rows_are_distributions(name):
+    head = make_head(name, dtype=torch.float64).train()
+    log_probs = head(hidden_for(name, torch.float64, scale=3.0)).log_probs
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(T, B, dtype=torch.float64))
+    assert (log_probs <= 0).all()
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_gradients_gradcheck_float64(name):
+    head = make_head(name, dtype=torch.float64).eval()   # no dropout: a deterministic function
+    hidden = hidden_for(name, torch.float64).requires_grad_()
+    params = [p for p in head.parameters() if p.requires_grad]
+
+    def fn(hidden, *params):
+        return head(hidden).log_probs
+
+    assert torch.autograd.gradcheck(fn, (hidden, *params), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_eval_mode_is_deterministic(name):
+    head = make_head(name).eval()
+    hidden = hidden_for(name)
+    first, second = head(hidden), head(hidden)
+    assert torch.equal(first.log_probs, second.log_probs)
+
+
+@pytest.mark.parametrize("name", ["mos", "moc"])
+def test_mixture_dropout_is_on_in_training_only(name):
+    head = make_head(name, MixtureOptions(components=3, dropoutl=0.5))
+    hidden = hidden_for(name)
+    head.train()
+    assert not torch.equal(head(hidden).log_probs, head(hidden).log_probs)
+    head.eval()
+    assert torch.equal(head(hidden).log_probs, head(hidden).log_probs)
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+@pytest.mark.parametrize("hidden_scale, weight_scale", [(1e4, 1.0), (1.0, 1e4), (1.0, 1e30),
+                                                        (1e4, 1e30)])
+def test_extreme_inputs_give_finite_log_probs(name, hidden_scale, weight_scale):
+    head = make_head(name).train()
+    with torch.no_grad():
+        head.decoder.weight.mul_(weight_scale)   # logits of order +-weight_scale (and beyond)
+    out = head(hidden_for(name, scale=hidden_scale))
+    assert torch.isfinite(out.log_probs).all()
+    if out.transformed_logits is not None:
+        assert torch.isfinite(out.transformed_logits).all()
+    out.log_probs[..., 0].sum().backward()   # and backward runs without error
+
+
+def test_softmax_is_log_softmax_of_the_tied_logits():
+    head = make_head("softmax", dtype=torch.float64)
+    hidden = hidden_for("softmax", torch.float64)
+    logits = hidden @ head.decoder.weight.T + head.decoder.bias
+    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(logits, -1))
+
+
+# --- options --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options_cls, kwargs, field", [
+    (GSSOptions, {"c": 0.0, "k": 0.0}, "k"),
+    (GSSOptions, {"c": 0.0, "k": -2.0}, "k"),
+    (GSSOptions, {"c": math.inf, "k": 2.0}, "c"),
+    (PLIFOptions, {"knots": 0}, "knots"),
+    (PLIFOptions, {"bound": 0.0}, "bound"),
+    (PLIFOptions, {"lr": 0.0}, "lr"),
+    (FrozenPLIFOptions, {"bound": -1.0}, "bound"),
+    (MixtureOptions, {"components": 0}, "components"),
+    (MixtureOptions, {"dropoutl": 1.0}, "dropoutl"),
+    (MixtureOptions, {"dropoutl": -0.1}, "dropoutl"),
+])
+def test_impossible_options_are_rejected_naming_the_field(options_cls, kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        options_cls(**kwargs)
+
+
+def test_default_options_are_the_papers_settings():
+    assert PLIFOptions() == PLIFOptions(knots=100_000, bound=20.0, lr=0.02, compile=True)
+    assert MixtureOptions() == MixtureOptions(components=15, dropoutl=0.29)
+    assert not hasattr(FrozenPLIFOptions(), "lr")   # nothing to learn, so no learning rate
+
+
+# --- SS and GSS -----------------------------------------------------------------------------
+
+def gss_reference(logits: torch.Tensor, c: float, k: float) -> torch.Tensor:
+    """The SPEC's formula, taken literally."""
+    return k * (logits - c) + c - (k - 1) * F.softplus(logits - c)
+
+
+LOGITS64 = torch.linspace(-30, 30, 601, dtype=torch.float64).view(1, 1, -1)
+
+
+@pytest.mark.parametrize("c, k", [(0.0, 2.0), (-1.5, 2.5), (-1.5, 3.0), (2.0, 0.5), (1.0, 1.0)])
+def test_gss_transform_matches_the_formula(c, k):
+    torch.testing.assert_close(gss_transform(LOGITS64, c, k), gss_reference(LOGITS64, c, k))
+
+
+def test_ss_is_2l_minus_softplus_and_equals_gss_0_2():
+    ss = make_head("ss", dtype=torch.float64)
+    gss = make_head("gss", GSSOptions(c=0.0, k=2.0, compile=False), dtype=torch.float64)
+    hidden = hidden_for("ss", torch.float64, scale=4.0)
+    out = ss(hidden)
+    logits = ss.decoder(hidden)
+    torch.testing.assert_close(out.transformed_logits, 2 * logits - F.softplus(logits))
+    torch.testing.assert_close(out.log_probs, F.log_softmax(2 * logits - F.softplus(logits), -1))
+    torch.testing.assert_close(gss(hidden).log_probs, out.log_probs)
+
+
+@pytest.mark.parametrize("c", [-1.5, 0.0, 3.0])
+def test_gss_with_k_1_is_the_softmax(c):
+    gss = make_head("gss", GSSOptions(c=c, k=1.0, compile=False))
+    softmax = make_head("softmax")
+    hidden = hidden_for("gss", scale=4.0)
+    torch.testing.assert_close(gss(hidden).log_probs, softmax(hidden).log_probs)
+
+
+def test_gss_transform_gradient_and_monotonicity():
+    logits = LOGITS64.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda l: gss_transform(l, -1.5, 2.5), (logits,))
+    f = gss_transform(LOGITS64, -1.5, 2.5)
+    assert (f.diff(dim=-1) > 0).all()
+
+
+def test_gss_transform_saves_one_tensor_per_logit():
+    logits = torch.randn(T, B, V, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        gss_transform(logits, -1.5, 2.5)
+    assert [(t.shape, t.dtype) for t in saved] == [(logits.shape, torch.float32)]
+
+
+def test_gss_compiled_kernel_agrees_with_eager():
+    logits = (torch.randn(5, 3, 301) * 10).requires_grad_()
+    grad = torch.randn(5, 3, 301)
+    results = []
+    for compiled in (False, True):
+        x = logits.detach().clone().requires_grad_()
+        f = gss_transform(x, -1.5, 2.5, compiled=compiled)
+        f.backward(grad)
+        results.append((f.detach(), x.grad))
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager)
+
+
+def test_failed_compile_warns_once_and_falls_back_to_eager(monkeypatch):
+    def broken_compile(*args, **kwargs):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    kernel = FusedKernel(lambda x: x * 2)
+    monkeypatch.setattr(FusedKernel, "_compile_failed", False)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    x = torch.randn(4)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed .*no compiler here"):
+        torch.testing.assert_close(kernel(x, compiled=True), x * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no second warning, from any kernel
+        torch.testing.assert_close(kernel(x, compiled=True), x * 2)
+        torch.testing.assert_close(FusedKernel(torch.neg)(x, compiled=True), -x)
+
+
+# --- MoS and MoC ----------------------------------------------------------------------------
+
+def mixture_reference(head, hidden: torch.Tensor):
+    """Prior and contexts written out per component k, in float64, without dropout."""
+    K = head.options.components
+    prior = torch.softmax(hidden @ head.prior.weight.T, -1)                 # (T, B, K)
+    latent = torch.tanh(hidden @ head.latent.weight.T + head.latent.bias)   # (T, B, K*E)
+    contexts = [latent[..., k * E:(k + 1) * E] for k in range(K)]
+    return prior, contexts
+
+
+def test_mos_matches_the_mixture_of_softmaxes():
+    head = make_head("mos", dtype=torch.float64).eval()
+    hidden = hidden_for("mos", torch.float64, scale=2.0)
+    prior, contexts = mixture_reference(head, hidden)
+    W, b = head.decoder.weight, head.decoder.bias
+    probs = sum(prior[..., k:k + 1] * torch.softmax(h @ W.T + b, -1)
+                for k, h in enumerate(contexts))
+    torch.testing.assert_close(head(hidden).log_probs, probs.log())
+
+
+def test_moc_matches_the_mixture_of_contexts():
+    head = make_head("moc", dtype=torch.float64).eval()
+    hidden = hidden_for("moc", torch.float64, scale=2.0)
+    prior, contexts = mixture_reference(head, hidden)
+    W, b = head.decoder.weight, head.decoder.bias
+    context = sum(prior[..., k:k + 1] * h for k, h in enumerate(contexts))
+    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(context @ W.T + b, -1))
+
+
+def test_mos_with_one_component_is_a_softmax_of_tanh_context():
+    head = make_head("mos", MixtureOptions(components=1, dropoutl=0.0), dtype=torch.float64)
+    hidden = hidden_for("mos", torch.float64)
+    context = torch.tanh(head.latent(hidden))
+    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(head.decoder(context), -1))
+
+
+def test_mos_keeps_rare_words_finite_where_log_of_sum_underflows():
+    head = make_head("mos", dtype=torch.float64).eval()
+    with torch.no_grad():
+        head.decoder.bias[0] = -1e3       # p(word 0) ~ exp(-1000): 0 in float64
+    log_probs = head(hidden_for("mos", torch.float64)).log_probs
+    assert torch.isfinite(log_probs).all() and (log_probs[..., 0] < -900).all()
+
+
+def test_mixture_latent_dropout_is_locked_over_time():
+    head = make_head("mos", MixtureOptions(components=3, dropoutl=0.5)).train()
+    hidden = hidden_for("mos")[:1].expand(T, B, NHIDLAST_MIX)   # the same g at every step
+    _, contexts = head.components(hidden)
+    clean = torch.tanh(head.latent(hidden)).view(T, B, 3, E)
+    for t in range(1, T):                                        # one mask for all steps ...
+        assert torch.equal(contexts[t], contexts[0])
+    assert not torch.equal(contexts[0, 0], contexts[0, 1])      # ... one per sequence
+    kept = contexts != 0
+    torch.testing.assert_close(contexts[kept], clean[kept] / 0.5)  # scaled by 1/(1-p)
+    assert 0 < kept.float().mean() < 1
+
+
+# --- parameter counts (SPEC section 6) ------------------------------------------------------
+
+def own_parameters(head) -> int:
+    """The head's parameters without the tied embedding (the body counts it)."""
+    return sum(p.numel() for p in head.parameters() if p is not head.decoder.weight)
+
+
+def full_model(head_name: str, options, vocab: int, emsize: int, nhid: int, nhidlast: int):
+    body = AWDLSTMBody(vocab, emsize, nhid, nhidlast, 3, 0.4, 0.3, 0.4, 0.1, 0.5)
+    head = HEADS[head_name](options, vocab, emsize, nhidlast, body.encoder.weight)
+    return LanguageModel(body, head)
+
+
+def lstm_parameters(n_in: int, n_out: int) -> int:
+    return 4 * n_out * (n_in + n_out) + 2 * 4 * n_out   # weight_ih, weight_hh, two biases
+
+
+def test_mos_parameter_count_matches_the_paper():
+    head = HEADS["mos"](MixtureOptions(), 10_000, 280, 620, nn.Parameter(torch.empty(10_000, 280)))
+    assert own_parameters(head) == 620 * 15 + (620 * 15 * 280 + 15 * 280) + 10_000
+    total = (10_000 * 280 + lstm_parameters(280, 960) + lstm_parameters(960, 960)
+             + lstm_parameters(960, 620) + own_parameters(head))
+    assert total == 21_500_620                                   # [SB] Table 2: 21.50M
+    assert count_parameters(full_model("mos", MixtureOptions(), 10_000, 280, 960, 620)) == total
+
+
+@pytest.mark.parametrize("name, options, total", [
+    ("softmax", HEADS["softmax"].Options(), 24_221_600),         # [SB] Table 2: 24.22M
+    ("gss", GSSOptions(c=-1.5, k=2.5), 24_221_600),
+    ("plif", PLIFOptions(), 24_321_600),                         # 24.32M: + K slopes
+    ("plif_frozen", FrozenPLIFOptions(), 24_221_600),            # frozen slopes are no parameters
+])
+def test_linear_head_parameter_counts_match_the_paper(name, options, total):
+    model = full_model(name, options, 10_000, 400, 1150, 400)
+    assert count_parameters(model) == total
+    extra = options.knots if name == "plif" else 0
+    assert own_parameters(model.head) == 10_000 + extra
+
+
+def test_moc_has_the_same_parameters_as_mos():
+    mos, moc = make_head("mos"), make_head("moc")
+    assert [(n, p.shape) for n, p in mos.named_parameters()] == \
+           [(n, p.shape) for n, p in moc.named_parameters()]
+
