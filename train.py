@@ -445,8 +445,8 @@ def main(argv=None) -> int:
     finally:
         if trainer.writer is not None:
             trainer.writer.close()
-    print(f"done: {trainer.step} steps, best valid ppl {perplexity(trainer.best_val):.2f}; "
-          f"evaluate with python evaluate.py {run_dir}")
+    best = f"best valid ppl {perplexity(trainer.best_val):.2f}" if trainer.val_history else "not validated yet"
+    print(f"done: {trainer.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
     return 0
 
 

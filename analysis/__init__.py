@@ -1,0 +1,9 @@
+"""Analyses of trained runs (SPEC section 8): sweeps over seeds and override grids, the [SB]
+Table 2 result tables, word similarity of the learned embeddings, top-k next-word predictions
+and singular-value spectra. `sweep.py` and `report.py` at the repository root are the command
+lines; each module here does one analysis.
+"""
+
+
+class AnalysisError(Exception):
+    """Bad input to an analysis; str(error) is one line naming the file or argument and the problem."""

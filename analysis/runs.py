@@ -1,0 +1,95 @@
+"""Finding run directories and reading the files train.py, evaluate.py and rank.py leave in them."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import AnalysisError
+
+# The [SB] names of the heads, in the order of its tables; other heads follow alphabetically.
+HEAD_LABELS = {"softmax": "Softmax", "ss": "SS", "gss": "GSS", "plif": "LMS-PLIF",
+               "plif_frozen": "LMS-PLIF†", "mos": "MoS", "moc": "MoC"}
+DATASET_ORDER = ("ptb", "wikitext-2")
+
+
+def head_label(head: str) -> str:
+    return HEAD_LABELS.get(head, head)
+
+
+def head_order(head: str) -> tuple:
+    names = list(HEAD_LABELS)
+    return (names.index(head), "") if head in names else (len(names), head)
+
+
+def dataset_order(dataset: str) -> tuple:
+    return (DATASET_ORDER.index(dataset), "") if dataset in DATASET_ORDER else (len(DATASET_ORDER), dataset)
+
+
+def is_run_dir(path: Path) -> bool:
+    # run.json and config.yaml are the first files train.py writes into a run directory.
+    return (path / "run.json").is_file() or (path / "config.yaml").is_file()
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Each path is a run directory or a folder searched recursively for run directories.
+
+    The search does not enter a run directory: a run finetuned into RUN/finetune is another
+    experiment, read only when given itself.
+    """
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise AnalysisError(f"{path}: no such run directory")
+        below = search(path)
+        if not below:
+            raise AnalysisError(f"{path}: not a run directory and holds none (no run.json or config.yaml)")
+        found.extend(below)
+    return list(dict.fromkeys(found))   # de-duplicated, order kept
+
+
+def search(folder: Path) -> list[Path]:
+    if is_run_dir(folder):
+        return [folder]
+    return [run for sub in sorted(p for p in folder.iterdir() if p.is_dir()) for run in search(sub)]
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`, or None when the file does not exist."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The per-epoch records of metrics.jsonl (empty when the file does not exist)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise AnalysisError(f"{path}:{number}: not a JSON line") from None
+    return records
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)

@@ -1,0 +1,88 @@
+"""Singular-value curves of the test log-P matrices of several runs in one figure ([SB] SM 4.2).
+
+Left panel: the singular values, descending, on a log scale. Right panel: the same values
+normalised to [0, 1] ((s - min) / (max - min) over the whole spectrum), for the first 500
+indices, with the y-axis cut at 0.2 as in [SB] SM Figures 3 and 5. The values are read from
+the .npy files rank.py writes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import AnalysisError
+
+SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
+                  "f(l)": "singular_values_test_transformed.npy"}
+
+
+def load_spectrum(path: Path) -> np.ndarray | None:
+    """The singular values in `path`, descending, or None when the file does not exist."""
+    if not path.is_file():
+        return None
+    try:
+        values = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        raise AnalysisError(f"{path}: not a .npy array ({e})") from None
+    if values.ndim != 1 or values.size == 0:
+        raise AnalysisError(f"{path}: expected a non-empty 1-D array of singular values, "
+                            f"got shape {values.shape}")
+    return np.sort(values.astype(np.float64))[::-1]
+
+
+def normalise(values: np.ndarray) -> np.ndarray:
+    span = values.max() - values.min()
+    return (values - values.min()) / span if span > 0 else np.zeros_like(values)
+
+
+Curve = tuple[str, np.ndarray, bool]     # label, singular values, dashed
+
+
+def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], list[str]]:
+    """(label, values, dashed) per curve, and a note per expected file that is missing."""
+    curves, missing = [], []
+    kinds = list(SPECTRUM_FILES) if transformed else ["log P"]
+    for run_dir in run_dirs:
+        for kind in kinds:
+            values = load_spectrum(run_dir / SPECTRUM_FILES[kind])
+            if values is not None:
+                label = run_dir.name + ("" if kind == "log P" else f" {kind}")
+                curves.append((label, values, kind != "log P"))
+            elif kind == "log P":     # heads without transformed logits have no f(l) file
+                missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} (run python rank.py {run_dir})")
+    return curves, missing
+
+
+def plot_spectra(curves: Sequence[Curve], path: Path,
+                 first: int = 500, normalised_ymax: float = 0.2) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for label, values, dashed in curves:
+        style = "--" if dashed else "-"
+        left.plot(np.arange(values.size), values, style, label=label, linewidth=1)
+        shown = normalise(values)[:first]
+        right.plot(np.arange(shown.size), shown, style, label=label, linewidth=1)
+    left.set_yscale("log")
+    left.set(xlabel="index (linear scale)", ylabel="singular value (log scale)")
+    right.set(xlabel="index (linear scale)", ylabel="singular value (normalised, linear scale)",
+              xlim=(0, first), ylim=(0, normalised_ymax))
+    right.legend(fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_spectra(run_dirs: Sequence[Path], path: Path, transformed: bool = False,
+                  first: int = 500, normalised_ymax: float = 0.2) -> list[str]:
+    """Draw the figure; return the notes on missing spectra (an error if none is found)."""
+    curves, missing = collect(run_dirs, transformed)
+    if not curves:
+        raise AnalysisError("no singular values found: " + "; ".join(missing))
+    plot_spectra(curves, path, first, normalised_ymax)
+    return missing

@@ -1,0 +1,146 @@
+"""Run one config over several seeds and an override grid, each run in its own directory.
+
+    python sweep.py configs/ptb/softmax.yaml --seeds 141 142 143 --out runs/ptb
+    python sweep.py configs/ptb/gss.yaml --grid head.c=-1.5,-1,0 --grid head.k=2,2.5,3 --out runs/gss
+    python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
+    python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
+    python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
+        --sbatch=--gres=gpu:1 --submit
+
+Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. Re-issuing the
+same command continues interrupted runs and skips finished ones (see analysis/sweep.py).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis import AnalysisError
+from analysis.sweep import (SCRIPTS, describe, parse_grid, pending_commands, plan_runs,
+                            slurm_script, summary, sweep_gpus, sweep_local, visible_gpus)
+from experiment.config import ConfigError
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Train (, evaluate, rank) one config over seeds and an override grid.",
+        epilog="key=value overrides after the config are passed to every run. Options for sbatch "
+               "that start with '-' are given with '=', e.g. --sbatch=--gres=gpu:1.")
+    parser.add_argument("config", help="config file, e.g. configs/ptb/softmax.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides shared by all runs")
+    parser.add_argument("--out", required=True, help="folder that receives one run directory per run")
+    parser.add_argument("--seeds", nargs="+", help="train.seed values (default: the config's)")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                        help="values of one key; several --grid give their cartesian product")
+    parser.add_argument("--rank", action="store_true", help="also run rank.py on every run")
+    parser.add_argument("--mode", choices=("local", "gpus", "slurm"), default="local",
+                        help="local: one run after another; gpus: one run per local GPU in parallel; "
+                             "slurm: write (and with --submit submit) an sbatch job array")
+    parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                        help="slurm mode: an #SBATCH line, e.g. --sbatch=--time=48:00:00 (repeatable)")
+    parser.add_argument("--array-limit", type=int, help="slurm mode: at most this many tasks at once")
+    parser.add_argument("--submit", action="store_true", help="slurm mode: submit the script with sbatch")
+    parser.add_argument("--task", type=int, metavar="I",
+                        help="run only the I-th planned run (0-based): what each slurm array task does")
+    parser.add_argument("--dry-run", action="store_true", help="print the planned commands, run nothing")
+    args = parser.parse_intermixed_args(argv)
+    if args.seeds:
+        # `--seeds 1 2 key=value` would swallow the override: give it back to the overrides.
+        args.overrides += [s for s in args.seeds if "=" in s]
+        try:
+            args.seeds = [int(s) for s in args.seeds if "=" not in s]
+        except ValueError as e:
+            parser.error(f"--seeds: expected integers ({e})")
+    if args.mode != "slurm" and (args.submit or args.sbatch or args.array_limit):
+        parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
+    if args.mode != "gpus" and args.gpus:
+        parser.error("--gpus belongs to --mode gpus")
+    if args.task is not None and args.mode != "local":
+        parser.error("--task runs one run here: use it with --mode local")
+    return args
+
+
+def inner_sweep_command(args) -> list[str]:
+    """This sweep as the command every slurm array task runs (it adds --task $SLURM_ARRAY_TASK_ID)."""
+    command = [sys.executable, str(Path(__file__).resolve()), args.config, *args.overrides,
+               "--out", args.out]
+    for grid in args.grid:
+        command += ["--grid", grid]
+    if args.seeds:
+        command += ["--seeds", *map(str, args.seeds)]
+    return command + (["--rank"] if args.rank else [])
+
+
+def print_plan(runs, config_path: Path, with_rank: bool) -> None:
+    for run in runs:
+        commands = pending_commands(run, config_path, with_rank)
+        print(f"# [{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
+        for command in commands:
+            print(shlex.join(command))
+
+
+def write_slurm(args, runs) -> int:
+    out = Path(args.out)
+    script = slurm_script(runs, inner_sweep_command(args), out, f"sweep-{Path(args.config).stem}",
+                          args.sbatch, args.array_limit)
+    if args.dry_run:
+        print(script, end="")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"sweep-{Path(args.config).stem}.sbatch"
+    path.write_text(script, encoding="utf-8")
+    print(f"wrote {path} ({len(runs)} array tasks)")
+    if args.submit:
+        try:
+            proc = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
+        except FileNotFoundError:
+            raise AnalysisError("--submit: sbatch is not installed here; "
+                                "submit the script on the cluster") from None
+        if proc.returncode != 0:
+            last_line = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            raise AnalysisError(f"sbatch {path} failed: {last_line}")
+        print(proc.stdout.strip())
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    config_path = Path(args.config)
+    try:
+        if not config_path.is_file():
+            raise AnalysisError(f"{config_path}: config file not found")
+        runs = plan_runs(config_path, args.overrides, parse_grid(args.grid), args.seeds, Path(args.out))
+        if args.task is not None:
+            if not 0 <= args.task < len(runs):
+                raise AnalysisError(f"--task {args.task}: the sweep has {len(runs)} runs "
+                                    f"(0..{len(runs) - 1})")
+            runs = [runs[args.task]]
+        if args.mode == "slurm":
+            return write_slurm(args, runs)
+        if args.dry_run:
+            print_plan(runs, config_path, args.rank)
+            return 0
+        if args.rank and not SCRIPTS["rank"].is_file():
+            raise AnalysisError(f"--rank: {SCRIPTS['rank']} does not exist")
+        if args.mode == "gpus":
+            gpus = args.gpus.split(",") if args.gpus else visible_gpus()
+            outcomes = sweep_gpus(runs, config_path, args.rank, gpus)
+        else:
+            outcomes = sweep_local(runs, config_path, args.rank)
+    except (AnalysisError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; re-issue the same command to continue", file=sys.stderr)
+        return 130
+    text, ok = summary(outcomes)
+    print(f"sweep: {text}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""rank.py on tiny trained models: the rank properties of SPEC section 7, outputs and options."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rank
+import train
+from experiment import checkpoint
+
+PTB = "configs/ptb/{}.yaml"
+D = 8                                  # d_emb of the tiny models: the slice vocabulary is far larger
+HEAD_OPTIONS = {"ss": ["head.compile=false"], "gss": ["head.c=-1.5", "head.k=2.5", "head.compile=false"],
+                "plif": ["head.knots=1000", "head.compile=false"], "mos": ["head.components=3"],
+                "moc": ["head.components=3"], "softmax": []}
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(ptb_slice, tmp_path_factory):
+    """One tiny run per head, a few optimizer steps each (so the decoder bias is not zero)."""
+    from tests.conftest import TINY
+    root = tmp_path_factory.mktemp("rank-runs")
+    runs = {}
+    for head, options in HEAD_OPTIONS.items():
+        run_dir = root / head
+        nhidlast = 12 if head in ("mos", "moc") else D
+        argv = [PTB.format(head), f"data.data_dir={ptb_slice}", *TINY, f"model.emsize={D}",
+                f"model.nhidlast={nhidlast}", *options, "train.lr=1", "run.max_steps=3",
+                f"run.dir={run_dir}"]
+        assert train.main(argv) == 0
+        runs[head] = spread_out(run_dir / "last.pt")
+    return runs
+
+
+def spread_out(path: Path) -> Path:
+    """Scale up the (tied) embedding and give the decoder bias a clear spread.
+
+    A tiny model a few steps from its U(-0.1, 0.1) init barely varies its logits between
+    contexts: the context-dependent singular values would sit near the Press tolerance and the
+    test would be about that model rather than about rank.py.
+    """
+    ckpt = torch.load(path, weights_only=True)
+    generator = torch.Generator().manual_seed(0)
+    for key, tensor in ckpt["model"].items():
+        if key.endswith(("encoder.weight", "decoder.weight")):
+            tensor.mul_(30)
+        elif key.endswith("decoder.bias"):
+            tensor.add_(torch.randn(tensor.shape, generator=generator))
+    checkpoint.save_atomic(ckpt, path)
+    return path
+
+
+def ranks(path: Path, *extra: str) -> dict:
+    assert rank.main([str(path), "--device", "cpu", *extra]) == 0
+    return json.loads((path.parent / "rank_test.json").read_text())
+
+
+def test_softmax_gives_d_plus_2_and_d_plus_1_with_a_zero_bias(tiny_runs, tmp_path):
+    result = ranks(tiny_runs["softmax"])
+    m, n = result["shape"]
+    assert n > 10 * D and m > n / 4
+    assert result["press_rank"] == D + 2
+    assert "transformed" not in result
+    ckpt = torch.load(tiny_runs["softmax"], weights_only=True)
+    assert ckpt["model"]["head.decoder.bias"].abs().max() > 0
+    ckpt["model"]["head.decoder.bias"].zero_()
+    checkpoint.save_atomic(ckpt, tmp_path / "zero_bias.pt")
+    assert ranks(tmp_path / "zero_bias.pt")["press_rank"] == D + 1
+
+
+def test_moc_is_linear_too(tiny_runs):
+    assert ranks(tiny_runs["moc"])["press_rank"] == D + 2
+
+
+@pytest.mark.parametrize("head", ["ss", "gss", "mos"])
+def test_nonlinear_heads_break_the_bottleneck(tiny_runs, head):
+    assert ranks(tiny_runs[head])["press_rank"] > D + 2
+
+
+@pytest.mark.parametrize("head", ["ss", "gss", "plif"])
+def test_transformed_logits_are_ranked_too(tiny_runs, head):
+    result = ranks(tiny_runs[head])
+    assert result["transformed"]["shape"] == result["shape"]
+    assert (tiny_runs[head].parent / "singular_values_test_transformed.npy").is_file()
+    if head != "plif":      # a pointwise non-linearity of the logits has more than d + 1
+        assert result["transformed"]["press_rank"] > D + 1
+
+
+def test_outputs_contexts_and_precision(tiny_runs, capsys):
+    path = tiny_runs["softmax"]
+    assert rank.main([str(path), "--contexts", "100", "--json", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(out[-1])
+    assert "Press rank" in out[-2]
+    assert result["shape"][0] == 100 and result["contexts"] == 100
+    assert set(result["effective_rank"]) == {"0.001", "0.0001", "1e-05"}
+    values = np.load(path.parent / "singular_values_test_logp.npy")
+    assert values.shape == (100,) and np.all(np.diff(values) <= 0)
+    assert result["sigma_max"] == pytest.approx(values[0])
+    # effective ranks are non-decreasing as epsilon shrinks
+    eff = result["effective_rank"]
+    assert eff["0.001"] <= eff["0.0001"] <= eff["1e-05"] <= result["shape"][1]
+    double = ranks(path, "--dtype", "float64")
+    assert double["dtype"] == "float64" and double["press_rank"] == D + 2
+
+
+def test_the_matrix_is_what_evaluation_computes(tiny_runs, ptb_slice):
+    """Rows of the log-P matrix: exactly evaluation's log-probs at batch size 1, context by context."""
+    from data.batching import batchify
+    from experiment.evaluation import iterate_chunks
+    from experiment.loading import load_trained
+    run = load_trained(tiny_runs["softmax"], torch.device("cpu"))
+    source = batchify(run.corpus.test, 1)
+    rows = torch.cat([lp for lp, _ in rank.log_p_rows(run.model, source, 8, limit=50)])
+    direct = torch.cat([out.log_probs[:, 0] for out, _ in iterate_chunks(run.model, source, 8)])[:50]
+    assert torch.equal(rows, direct)
+
+
+def test_plot_overlays_runs(tiny_runs, tmp_path):
+    for head in ("softmax", "ss"):
+        ranks(tiny_runs[head])
+    out = tmp_path / "spectra.png"
+    assert rank.main(["--plot", str(tiny_runs["softmax"].parent), str(tiny_runs["ss"].parent),
+                      "--transformed", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_input_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "rank.py", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "checkpoint not found" in proc.stderr

@@ -1,0 +1,258 @@
+"""sweep.py: planning, local and GPU sweeps, resuming after an interruption, slurm scripts.
+
+Runs train and evaluate tiny models in this process (`run_command` is replaced by a dispatcher
+to train.main / evaluate.main, which parse exactly the argv the sweep would give the scripts);
+a subprocess test checks the real entry point and `run_command` itself.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate
+import sweep
+import train
+from analysis import AnalysisError
+from analysis import sweep as sweep_module
+from analysis.sweep import parse_grid, run_command, run_name
+from tests.conftest import TINY
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = "configs/ptb/softmax.yaml"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine is shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def small_data(ptb_slice, tmp_path_factory) -> Path:
+    """The first lines of the PTB slice: an epoch of the TINY model is ~50 steps."""
+    root = tmp_path_factory.mktemp("small-ptb")
+    (root / "ptb").mkdir()
+    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
+        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (root / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def overrides(small_data) -> list[str]:
+    return [f"data.data_dir={small_data}", *TINY, "train.epochs=1"]
+
+
+def in_process(commands: list):
+    """A stand-in for run_command that records each command and runs the script's main() here."""
+    def run(command, env=None, log=None) -> int:
+        commands.append(command)
+        script = {"train.py": train, "evaluate.py": evaluate}[Path(command[1]).name]
+        return script.main(command[2:])
+    return run
+
+
+@pytest.fixture(scope="module")
+def swept(small_data, tmp_path_factory):
+    """A local sweep of two seeds, finished and evaluated."""
+    out = tmp_path_factory.mktemp("sweep")
+    commands: list = []
+    patch = pytest.MonkeyPatch()
+    patch.setattr(sweep_module, "run_command", in_process(commands))
+    try:
+        code = sweep.main([CONFIG, f"data.data_dir={small_data}", *TINY, "train.epochs=1",
+                           "--seeds", "1", "2", "--out", str(out)])
+    finally:
+        patch.undo()
+    assert code == 0
+    return out, commands
+
+
+def mtimes(folder: Path) -> dict:
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+
+
+# ---------------------------------------------------------------------- local sweeps
+
+def test_local_sweep_over_two_seeds(swept):
+    out, commands = swept
+    assert sorted(p.name for p in out.iterdir()) == ["ptb-softmax-seed1", "ptb-softmax-seed2"]
+    scripts = [(Path(c[1]).name, c[2] if Path(c[1]).name == "evaluate.py" else c[-1]) for c in commands]
+    assert scripts == [("train.py", f"run.dir={out / 'ptb-softmax-seed1'}"),
+                       ("evaluate.py", str(out / "ptb-softmax-seed1")),
+                       ("train.py", f"run.dir={out / 'ptb-softmax-seed2'}"),
+                       ("evaluate.py", str(out / "ptb-softmax-seed2"))]
+    for seed in (1, 2):
+        run_dir = out / f"ptb-softmax-seed{seed}"
+        assert json.loads((run_dir / "run.json").read_text())["seed"] == seed
+        assert "test_ppl" in json.loads((run_dir / "eval_best.json").read_text())
+        assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["epoch"] == 2
+
+
+def test_an_interrupted_run_is_resumed_and_finished_ones_are_skipped(
+        swept, overrides, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sweep"
+    shutil.copytree(swept[0], out)
+    finished = {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)}
+    commands: list = []
+    monkeypatch.setattr(sweep_module, "run_command", in_process(commands))
+    args = [CONFIG, *overrides, "--seeds", "1", "2", "3", "--out", str(out)]
+
+    # Seed 3 stops after 3 steps (as a crash would), before its first epoch ends.
+    assert sweep.main(args + ["run.max_steps=3"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 incomplete" in printed and printed.count("finished and evaluated: skip") == 2
+    third = out / "ptb-softmax-seed3"
+    assert torch.load(third / "last.pt", weights_only=True)["progress"]["step"] == 3
+    assert not (third / "eval_best.json").exists()
+
+    # Re-issuing the sweep resumes seed 3 (with the sweep's own run.* settings) and skips 1 and 2.
+    commands.clear()
+    assert sweep.main(args) == 0
+    printed = capsys.readouterr().out
+    assert [c[2:] for c in commands] == [["--resume", str(third), "run.max_steps=null"],
+                                         [str(third), "--device", "cpu"]]
+    assert "resumed at epoch 1, step 3" in printed and printed.count("finished and evaluated: skip") == 2
+    assert "sweep: 1 done, 2 skipped" in printed
+    assert {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)} == finished
+    assert json.loads((third / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 1
+    assert (third / "eval_best.json").is_file()
+
+    # A finished run without its evaluation gets only the evaluation.
+    commands.clear()
+    (out / "ptb-softmax-seed1" / "eval_best.json").unlink()
+    assert sweep.main(args) == 0
+    assert [Path(c[1]).name for c in commands] == ["evaluate.py"]
+
+
+def test_a_run_directory_of_another_experiment_is_refused(swept, overrides, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sweep"
+    shutil.copytree(swept[0], out)
+    monkeypatch.setattr(sweep_module, "run_command", in_process([]))
+    assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out)]) == 1
+    assert "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- planning and dry runs
+
+def test_grid_and_run_names():
+    assert parse_grid(["head.c=-1.5,-1,0", "head.k=2"]) == [("head.c", ["-1.5", "-1", "0"]),
+                                                            ("head.k", ["2"])]
+    for bad in ("head.c", "head.c=", "=1,2", "head.c=1,,2"):
+        with pytest.raises(AnalysisError, match="expected key=value1,value2"):
+            parse_grid([bad])
+    with pytest.raises(AnalysisError, match="given twice"):
+        parse_grid(["head.k=1", "head.k=2"])
+    assert run_name("ptb", Path("configs/ptb/gss.yaml"), ["head.c=-1.5", "head.k=2"], 7) == \
+        "ptb-gss-head.c=-1.5-head.k=2-seed7"
+    assert run_name("ptb", Path("x.yaml"), ["data.data_dir=/a/b"], 1) == "ptb-x-data.data_dir=_a_b-seed1"
+
+
+def test_dry_run_prints_every_command_and_runs_nothing(overrides, tmp_path, capsys):
+    out = tmp_path / "grid"
+    assert sweep.main([CONFIG, *overrides[:-1], "--grid", "train.lr=10,20", "--grid", "train.clip=0.1,0.2",
+                       "--seeds", "1", "2", overrides[-1], "--rank", "--out", str(out), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not out.exists()
+    titles = [line for line in lines if line.startswith("#")]
+    commands = [shlex.split(line) for line in lines if not line.startswith("#")]
+    assert len(titles) == 8 and all(t.endswith(": new") for t in titles)
+    assert [Path(c[1]).name for c in commands] == ["train.py", "evaluate.py", "rank.py"] * 8
+    first = commands[0]
+    assert first[0] == sys.executable and first[2] == CONFIG
+    assert first[3:] == [*overrides, "train.lr=10", "train.clip=0.1", "train.seed=1",
+                         f"run.dir={out / 'ptb-softmax-train.lr=10-train.clip=0.1-seed1'}"]
+    assert commands[-3][-1] == f"run.dir={out / 'ptb-softmax-train.lr=20-train.clip=0.2-seed2'}"
+
+
+def test_dry_run_through_the_entry_point(swept, overrides):
+    """The real command line, in a subprocess, over the finished sweep."""
+    proc = subprocess.run([sys.executable, "sweep.py", CONFIG, *overrides, "--seeds", "1", "2",
+                           "--out", str(swept[0]), "--dry-run"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("finished and evaluated: skip") == 2
+
+
+def test_bad_input_is_one_line(overrides, tmp_path, capsys):
+    out = ["--out", str(tmp_path / "x")]
+    for args, message in (
+            ([CONFIG, *overrides, "--grid", "train.nope=1,2", *out], "unknown key train.nope"),
+            ([CONFIG, *overrides, "run.dir=elsewhere", *out], "override run.dir: the sweep sets it"),
+            ([CONFIG, *overrides, "train.seed=3", "--seeds", "1", *out],
+             "override train.seed: the sweep sets it"),
+            ([CONFIG, *overrides, "train.lr=1", "--grid", "train.lr=1,2", *out], "also given as an override"),
+            ([CONFIG, *overrides, "--seeds", "1", "1", *out], "repeated seed"),
+            (["missing.yaml", *out], "missing.yaml: config file not found"),
+            ([CONFIG, *overrides, "--task", "2", *out], "--task 2: the sweep has 1 runs")):
+        assert sweep.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err
+
+
+def test_run_command_returns_the_exit_code():
+    assert run_command([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+
+
+# ---------------------------------------------------------------------- GPUs and slurm
+
+def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypatch, capsys):
+    busy: dict[str, int] = {}
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def fake(command, env=None, log=None) -> int:
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            busy[gpu] = busy.get(gpu, 0) + 1
+            assert busy[gpu] == 1, f"GPU {gpu} runs two commands at once"
+            seen.append((gpu, command[-1]))
+        log.write("output\n")
+        time.sleep(0.05)
+        with lock:
+            busy[gpu] -= 1
+        return 0
+
+    monkeypatch.setattr(sweep_module, "run_command", fake)
+    out = tmp_path / "gpus"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "3", "4", "--out", str(out),
+                       "--mode", "gpus", "--gpus", "0,1"]) == 0
+    assert {gpu for gpu, _ in seen} == {"0", "1"}
+    assert sorted(c for _, c in seen) == [f"run.dir={out / f'ptb-softmax-seed{s}'}" for s in (1, 2, 3, 4)]
+    # The fake training leaves no checkpoint, so each run stops as unfinished, its log in its folder.
+    assert "4 incomplete" in capsys.readouterr().out
+    assert all((out / f"ptb-softmax-seed{s}" / "sweep.log").read_text() == "output\n" for s in (1, 2, 3, 4))
+
+
+def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "slurm"
+    args = [CONFIG, *overrides, "--grid", "train.lr=10,20", "--seeds", "1", "2", "3", "--out", str(out),
+            "--mode", "slurm", "--sbatch=--gres=gpu:1", "--sbatch=--time=48:00:00", "--array-limit", "2"]
+    assert sweep.main(args) == 0
+    script = (out / "sweep-softmax.sbatch").read_text()
+    assert "#SBATCH --array=0-5%2\n" in script
+    assert "#SBATCH --gres=gpu:1\n#SBATCH --time=48:00:00\n" in script
+    assert f"#SBATCH --output={out.resolve()}/slurm-%A_%a.out" in script
+    exec_line = script.strip().splitlines()[-1]
+    assert exec_line.endswith('--task "$SLURM_ARRAY_TASK_ID"')
+
+    # What array task 4 runs: exactly the fifth planned run (lr 20, seed 2).
+    task = shlex.split(exec_line.replace("$SLURM_ARRAY_TASK_ID", "4"))
+    assert task[:3] == ["exec", sys.executable, str(REPO / "sweep.py")]
+    capsys.readouterr()
+    monkeypatch.chdir(script.split("\ncd ")[1].split("\n")[0])
+    assert sweep.main(task[3:] + ["--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"# [5/6] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
+    assert len(printed) == 3      # its title, train.py, evaluate.py

@@ -1,0 +1,195 @@
+"""report.py table and spectra on run directories written by hand (no training)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+import report
+from analysis import AnalysisError
+from analysis.runs import find_run_dirs
+from analysis.spectra import collect, normalise, write_spectra
+from analysis.tables import mean_std, t_test_p_value
+
+SOFTMAX_TEST = [57.0, 57.1, 57.2]
+SS_TEST = [56.8, 56.9, 56.7, 56.85]
+
+
+def make_run(root: Path, name: str, head: str, seed: int, *, test_ppl: float | None = None,
+             val_losses=(4.2, 4.1, 4.15), seconds=(50.0, 52.0, 54.0), params: int = 24_221_600,
+             press_rank: int | None = None, dataset: str = "ptb", epochs: int = 3, head_options=None) -> Path:
+    """A run directory as train.py, evaluate.py and rank.py leave it (without checkpoints)."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    config = {"data": {"dataset": dataset}, "train": {"epochs": epochs, "seed": seed},
+              "head": {"name": head, **(head_options or {})}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    (run_dir / "run.json").write_text(json.dumps({"params": params, "vocab_size": 10000, "dataset": dataset,
+                                                  "head": head, "seed": seed}))
+    lines = [json.dumps({"epoch": i + 1, "seconds": s, "train_loss": 3.0 + i / 10,
+                         "train_ppl": math.exp(3.0 + i / 10), "val_loss": v, "val_ppl": math.exp(v)})
+             for i, (v, s) in enumerate(zip(val_losses, seconds))]
+    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    if test_ppl is not None:
+        evaluation = {"test_ppl": test_ppl, "test_loss": math.log(test_ppl)}
+        (run_dir / "eval_best.json").write_text(json.dumps(evaluation))
+    if press_rank is not None:
+        (run_dir / "rank_test.json").write_text(json.dumps({"press_rank": press_rank, "shape": [100, 10]}))
+    return run_dir
+
+
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    root = tmp_path / "runs"
+    for seed, ppl in enumerate(SOFTMAX_TEST, 1):
+        make_run(root, f"ptb-softmax-seed{seed}", "softmax", seed, test_ppl=ppl, press_rank=402)
+    for seed, ppl in enumerate(SS_TEST, 1):
+        make_run(root, f"ptb-ss-seed{seed}", "ss", seed, test_ppl=ppl, press_rank=5000 + seed,
+                 seconds=(60.0,) * 3)
+    return root
+
+
+def read_csv(path: Path) -> dict[str, dict]:
+    with open(path, newline="") as f:
+        return {row["model"]: row for row in csv.DictReader(f)}
+
+
+def test_t_test_is_the_pooled_variance_student_test():
+    p = t_test_p_value(SS_TEST, SOFTMAX_TEST)
+    assert p == pytest.approx(stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue, rel=1e-12)
+    # by hand: pooled variance, n1 + n2 - 2 degrees of freedom, two-sided
+    n1, n2 = len(SS_TEST), len(SOFTMAX_TEST)
+    pooled = (((n1 - 1) * statistics.variance(SS_TEST) + (n2 - 1) * statistics.variance(SOFTMAX_TEST))
+              / (n1 + n2 - 2))
+    t = (statistics.mean(SS_TEST) - statistics.mean(SOFTMAX_TEST)) / math.sqrt(pooled * (1 / n1 + 1 / n2))
+    assert p == pytest.approx(2 * stats.t.sf(abs(t), n1 + n2 - 2), rel=1e-9)
+    assert math.isnan(t_test_p_value([57.0], SOFTMAX_TEST))          # undefined, not an error
+    assert mean_std(SOFTMAX_TEST) == pytest.approx((57.1, statistics.stdev(SOFTMAX_TEST)))
+
+
+def test_table_values(runs, tmp_path, capsys):
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    assert capsys.readouterr().out.strip() == markdown.strip()
+    rows = read_csv(tmp_path / "t2.csv")
+    assert list(rows) == ["Softmax", "SS"]
+    ss = rows["SS"]
+    assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
+    assert float(ss["test_ppl_std"]) == pytest.approx(statistics.stdev(SS_TEST))   # ddof = 1
+    assert float(ss["p_value"]) == pytest.approx(stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue)
+    assert rows["Softmax"]["p_value"] == ""
+    # train / valid ppl come from epoch 2, the one with the lowest validation loss
+    assert float(ss["train_ppl_mean"]) == pytest.approx(math.exp(3.1))
+    assert float(ss["val_ppl_mean"]) == pytest.approx(math.exp(4.1))
+    assert float(ss["train_ppl_std"]) == pytest.approx(0.0)
+    assert float(rows["Softmax"]["seconds_per_epoch"]) == pytest.approx(52.0)
+    assert ss["press_rank_values"] == "5001;5002;5003;5004" and float(ss["press_rank_mean"]) == 5002.5
+    assert ss["params"] == "24221600" and ss["runs"] == "4"
+
+    line = next(l for l in markdown.splitlines() if l.startswith("| SS "))
+    p = stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue
+    assert line == (f"| SS | 24.22M | 60.0 | 22.20 ± 0.00 | 60.34 ± 0.00 | "
+                    f"{statistics.mean(SS_TEST):.2f} ± {statistics.stdev(SS_TEST):.2f} | {p:.2e} | "
+                    f"5,002.5 (5,001–5,004) | 4 |")
+    assert "| Softmax | 24.22M | 52.0 |" in markdown and "| N/A | 402 | 3 |" in markdown
+    assert "Nothing is missing." in markdown
+
+
+def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
+    (runs / "ptb-ss-seed2" / "eval_best.json").unlink()
+    (runs / "ptb-ss-seed3" / "rank_test.json").unlink()
+    (runs / "ptb-ss-seed4" / "metrics.jsonl").unlink()
+    make_run(runs, "ptb-softmax-unfinished", "softmax", 9, test_ppl=57.1, press_rank=402, epochs=500)
+    stopped = make_run(runs, "ptb-softmax-stopped", "softmax", 8, test_ppl=57.2, press_rank=402, epochs=500)
+    with open(stopped / "metrics.jsonl", "a") as f:       # finetuning ends when no longer improving
+        f.write(json.dumps({"epoch": 4, "seconds": 50.0, "train_ppl": 20.0, "val_loss": 4.3,
+                            "val_ppl": math.exp(4.3), "early_stop": True}) + "\n")
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    missing = markdown.split("## Missing or incomplete")[1]
+    assert f"`{runs / 'ptb-ss-seed2'}`: test_ppl (no eval_best.json" in missing
+    assert f"`{runs / 'ptb-ss-seed3'}`: press_rank (no rank_test.json" in missing
+    assert f"`{runs / 'ptb-ss-seed4'}`: seconds, train_ppl, val_ppl (no metrics.jsonl" in missing
+    assert f"`{runs / 'ptb-softmax-unfinished'}`: training unfinished (3 of 500 epochs)" in missing
+    assert "ptb-softmax-stopped" not in missing
+    line = next(l for l in markdown.splitlines() if l.startswith("| SS "))
+    assert "(n=3)" in line and line.endswith("| 4 |")        # cells over 3 of the row's 4 runs
+    ss = read_csv(tmp_path / "t.csv")["SS"]
+    assert ss["test_ppl_n"] == "3" and ss["train_ppl_n"] == "3"
+    assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean([56.8, 56.7, 56.85]))
+
+
+def test_rows_by_dataset_and_group_by_key(tmp_path):
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        make_run(root, f"ptb-softmax-{seed}", "softmax", seed, test_ppl=57 + seed, press_rank=402)
+        make_run(root, f"wt2-softmax-{seed}", "softmax", seed, test_ppl=64 + seed, dataset="wikitext-2",
+                 params=33_556_078)
+        for k in (2, 3):
+            make_run(root, f"ptb-gss-k{k}-{seed}", "gss", seed, test_ppl=56 + seed / k,
+                     head_options={"c": 0.0, "k": k})
+    assert report.main(["table", str(root), "--group-by", "head.k", "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    assert markdown.index("## ptb") < markdown.index("## wikitext-2")
+    labels = [line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")
+              and not line.startswith("| Model")]
+    assert labels == ["Softmax", "GSS (head.k=2)", "GSS (head.k=3)", "Softmax"]   # softmax has no head.k
+    assert "| 33.55M |" in markdown
+
+
+def test_run_directories_below_a_folder_but_not_inside_a_run(runs):
+    make_run(runs / "ptb-softmax-seed1", "finetune", "softmax", 1)     # train.py --finetune's place
+    make_run(runs / "more", "ptb-mos-seed1", "mos", 1)
+    found = find_run_dirs([runs, runs / "ptb-ss-seed1", runs / "ptb-softmax-seed1" / "finetune"])
+    assert [str(p.relative_to(runs)) for p in found] == [
+        "more/ptb-mos-seed1", *(f"ptb-softmax-seed{s}" for s in (1, 2, 3)),
+        *(f"ptb-ss-seed{s}" for s in (1, 2, 3, 4)), "ptb-softmax-seed1/finetune"]
+
+
+def test_seeds_left_out_of_the_t_test_only(runs, tmp_path):
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t"), "--exclude-from-t-test", "1"]) == 0
+    ss = read_csv(tmp_path / "t.csv")["SS"]
+    assert float(ss["p_value"]) == pytest.approx(stats.ttest_ind(SS_TEST[1:], SOFTMAX_TEST[1:]).pvalue)
+    assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
+
+
+def test_bad_input_is_one_line(runs, tmp_path, capsys):
+    assert report.main(["table", str(tmp_path / "nowhere"), "--out", str(tmp_path / "t")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nowhere'}: no such run directory"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AnalysisError, match="holds none"):
+        find_run_dirs([tmp_path / "empty"])
+    (runs / "ptb-ss-seed1" / "metrics.jsonl").write_text('{"epoch": 1}\nnot json\n')
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t")]) == 2
+    assert capsys.readouterr().err.strip().endswith("ptb-ss-seed1/metrics.jsonl:2: not a JSON line")
+
+
+# ---------------------------------------------------------------------- spectra
+
+def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
+    root = tmp_path / "runs"
+    rng = np.random.default_rng(0)
+    for name, decay in (("softmax", 0.05), ("mos", 0.01)):
+        run_dir = make_run(root, f"ptb-{name}", name, 1)
+        np.save(run_dir / "singular_values_test_logp.npy", np.exp(-decay * np.arange(800)) * 1e3)
+    np.save(root / "ptb-mos" / "singular_values_test_transformed.npy", rng.random(800))
+    make_run(root, "ptb-ss", "ss", 1)                         # not ranked yet
+    out = tmp_path / "fig" / "spectra.png"
+    assert report.main(["spectra", str(root), "--out", str(out), "--transformed"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert f"missing: {root / 'ptb-ss'}: no singular_values_test_logp.npy" in printed
+    curves, missing = collect([root / "ptb-mos", root / "ptb-softmax"], transformed=True)
+    assert [(label, dashed) for label, _, dashed in curves] == \
+        [("ptb-mos", False), ("ptb-mos f(l)", True), ("ptb-softmax", False)]
+    assert missing == []           # a head without transformed logits has no f(l) file to miss
+    np.testing.assert_allclose(normalise(np.array([4.0, 2.0, 1.0])), [1.0, 1 / 3, 0.0])
+    with pytest.raises(AnalysisError, match="no singular values found"):
+        write_spectra([root / "ptb-ss"], tmp_path / "none.png")

@@ -1,0 +1,135 @@
+"""Word similarity: benchmark files, Spearman's rho of cosine similarities, the win-count matrix."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import report
+import train
+from analysis import AnalysisError
+from analysis.wordsim import Benchmark, read_benchmark, read_benchmarks, score, win_counts
+from data import load_corpus
+from tests.conftest import TINY
+
+# [SB] SM Table 13: pairs with a word outside the PTB vocabulary, per benchmark.
+SB_PTB_SKIPPED = {"WS-353-ALL": 116, "WS-353-SIM": 66, "WS-353-REL": 80, "RG-65": 55, "MC-30": 21,
+                  "MTurk-287": 146, "MTurk-771": 346, "MEN-TR-3k": 1952, "YP-130": 65, "VERB-143": 9,
+                  "RW-STANFORD": 1889, "SimVerb-3500": 1746, "SIMLEX-999": 424}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine is shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def benchmark_dir(shared_data_dir) -> Path:
+    return shared_data_dir / "word-similarity"
+
+
+def fan() -> tuple[np.ndarray, dict[str, int]]:
+    """'base' and four words at growing angles from it: cosine similarity falls from a1 to a4."""
+    angles = np.radians([0, 10, 20, 40, 80])
+    words = ["base", "a1", "a2", "a3", "a4"]
+    return np.stack([np.cos(angles), np.sin(angles)], axis=1) * [[1], [2], [3], [0.5], [7]], \
+        {w: i for i, w in enumerate(words)}
+
+
+def test_spearman_on_a_hand_made_embedding():
+    embeddings, word_to_id = fan()
+    pairs = [("base", f"a{i}") for i in range(1, 5)]
+    same = Benchmark("same", [(a, b, s) for (a, b), s in zip(pairs, [9.0, 7.0, 4.0, 1.0])])
+    assert dataclasses.astuple(score(embeddings, word_to_id, same)) == pytest.approx((1.0, 4, 0))
+    reversed_ = Benchmark("rev", [(a, b, s) for (a, b), s in zip(pairs, [1.0, 4.0, 7.0, 9.0])])
+    assert score(embeddings, word_to_id, reversed_).rho == pytest.approx(-1.0)
+    # ranks 2,1,3,4 against 1,2,3,4: rho = 1 - 6 * 2 / (4 * 15) = 0.8; an unknown word is skipped
+    swapped = Benchmark("swap", [(a, b, s) for (a, b), s in zip(pairs, [7.0, 9.0, 4.0, 1.0])]
+                        + [("base", "zebra", 5.0), ("zebra", "a1", 2.0)])
+    assert dataclasses.astuple(score(embeddings, word_to_id, swapped)) == pytest.approx((0.8, 4, 2))
+    one = Benchmark("one", [("base", "a1", 1.0), ("base", "zebra", 2.0)])
+    result = score(embeddings, word_to_id, one)
+    assert math.isnan(result.rho) and (result.used, result.skipped) == (1, 1)
+
+
+def test_benchmark_files_are_read_lower_cased_and_bad_lines_named(tmp_path):
+    path = tmp_path / "EN-TOY-3.txt"
+    path.write_text("Tiger\tcat\t7.35\r\n\nplane car 5.77\nbroken line\n")
+    with pytest.raises(AnalysisError) as error:
+        read_benchmark(path)
+    assert str(error.value) == f"{path}:4: expected 'word1 word2 score', got 'broken line'"
+    path.write_text("Tiger\tcat\t7.35\r\n\nplane car 5.77\n")
+    assert read_benchmark(path) == Benchmark("TOY-3", [("tiger", "cat", 7.35), ("plane", "car", 5.77)])
+    path.write_text("a b c\n")
+    with pytest.raises(AnalysisError, match=":1: expected"):
+        read_benchmark(path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AnalysisError, match="no benchmark files"):
+        read_benchmarks(tmp_path / "empty")
+
+
+def test_the_13_benchmarks_and_the_ptb_vocabulary_give_sb_table_13(benchmark_dir, shared_data_dir):
+    benchmarks = read_benchmarks(benchmark_dir)
+    for b in benchmarks:
+        lines = [l for l in (benchmark_dir / f"EN-{b.name}.txt").read_text().splitlines() if l.strip()]
+        assert len(b.pairs) == len(lines)
+    corpus = load_corpus("ptb", shared_data_dir)
+    embeddings = np.random.default_rng(0).normal(size=(corpus.vocab_size, 4))
+    skipped = {b.name: score(embeddings, corpus.word_to_id(), b).skipped for b in benchmarks}
+    assert skipped == SB_PTB_SKIPPED
+
+
+def test_win_counts():
+    rhos = np.array([[0.5, 0.2, 0.9],
+                     [0.4, 0.3, np.nan],
+                     [0.5, 0.1, 0.1]])
+    assert win_counts(rhos).tolist() == [[0, 1, 2],     # a tie is no win; nan is never above or below
+                                         [1, 0, 1],
+                                         [0, 1, 0]]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(ptb_slice, tmp_path_factory) -> Path:
+    """One epoch of the TINY model on the first lines of the PTB slice."""
+    data = tmp_path_factory.mktemp("small-ptb")
+    (data / "ptb").mkdir()
+    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
+        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (data / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
+    run_dir = tmp_path_factory.mktemp("runs") / "ptb-softmax"
+    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={data}", *TINY,
+                       "train.epochs=1", f"run.dir={run_dir}"]) == 0
+    return run_dir
+
+
+def test_report_on_a_trained_run(tiny_run, benchmark_dir, tmp_path):
+    out = tmp_path / "ws"
+    assert report.main(["wordsim", str(tiny_run), "--benchmarks", str(benchmark_dir), "--out", str(out)]) == 0
+    with open(out.with_suffix(".csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model"] for r in rows] == ["ptb-softmax"]
+    ckpt = torch.load(tiny_run / "best.pt", weights_only=True)
+    corpus = load_corpus("ptb", ckpt["config"]["data"]["data_dir"])
+    embeddings = ckpt["model"]["body.encoder.weight"].double().numpy()
+    for b in read_benchmarks(benchmark_dir):
+        expected = score(embeddings, corpus.word_to_id(), b)
+        assert int(rows[0][f"{b.name}_used"]) + int(rows[0][f"{b.name}_skipped"]) == len(b.pairs)
+        assert int(rows[0][f"{b.name}_used"]) == expected.used
+        if expected.used >= 2:
+            assert float(rows[0][b.name]) == pytest.approx(expected.rho)
+    markdown = out.with_suffix(".md").read_text()
+    assert "| pairs used / skipped (ptb) |" in markdown
+    assert out.with_name("ws_wins.png").read_bytes()[:4] == b"\x89PNG"
+
+    assert report.main(["wordsim", str(tiny_run), "--benchmarks", str(benchmark_dir), "--by-head",
+                        "--out", str(tmp_path / "heads")]) == 0
+    assert "| Softmax |" in (tmp_path / "heads.md").read_text()
