@@ -23,7 +23,5 @@ else
   "$PYTHON" train.py "$config" "train.seed=$seed" "run.dir=$run_dir" "$@"
 fi
 "$PYTHON" evaluate.py "$run_dir" --json
-if [ -f rank.py ]; then
-  # shellcheck disable=SC2086  # RANK_ARGS is a list of options
-  "$PYTHON" rank.py "$run_dir" --json ${RANK_ARGS:-}
-fi
+# shellcheck disable=SC2086  # RANK_ARGS is a list of options
+"$PYTHON" rank.py "$run_dir" --json ${RANK_ARGS:-}

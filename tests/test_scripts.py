@@ -1,0 +1,40 @@
+"""The per-row launch scripts: thin wrappers that train, evaluate and rank one run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROWS = [f"{d}_{h}" for d in ("ptb", "wt2") for h in ("softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc")]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_has_a_thin_script(row):
+    text = Path(f"scripts/{row}.sh").read_text()
+    dataset, head = row.split("_", 1)
+    assert f"configs/{dataset}/{head}.yaml" in text and "run_row.sh" in text
+    assert os.access(f"scripts/{row}.sh", os.X_OK)
+    assert ("--contexts 33320" in text) == (dataset == "wt2")
+    assert len([line for line in text.splitlines() if line and not line.startswith("#")]) <= 2
+
+
+def test_a_row_script_trains_evaluates_ranks_and_resumes(ptb_slice, tmp_path):
+    from tests.conftest import TINY
+    run_dir = tmp_path / "row"
+    env = dict(os.environ, PYTHON=sys.executable, RANK_ARGS="--contexts 50 --device cpu")
+    args = ["bash", "scripts/ptb_softmax.sh", "7", str(run_dir), f"data.data_dir={ptb_slice}", *TINY,
+            "train.epochs=1"]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run_dir / "eval_best.json").read_text())["test_ppl"] > 1
+    assert json.loads((run_dir / "rank_test.json").read_text())["contexts"] == 50
+    config = (run_dir / "config.yaml").read_text()
+    assert "seed: 7" in config
+    # Issued again, the run is finished: train.py --resume does nothing, evaluation reruns.
+    again = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "resumed at epoch 2" in again.stdout
