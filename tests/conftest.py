@@ -62,3 +62,24 @@ TINY = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_si
 @pytest.fixture
 def tiny_overrides(ptb_slice) -> list[str]:
     return [f"data.data_dir={ptb_slice}"] + TINY
+
+
+@pytest.fixture(scope="session")
+def small_data(ptb_slice, tmp_path_factory) -> Path:
+    """The first lines of the PTB slice: an epoch of the TINY model is ~50 steps."""
+    root = tmp_path_factory.mktemp("small-ptb")
+    (root / "ptb").mkdir()
+    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
+        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (root / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_run(small_data, tmp_path_factory) -> Path:
+    """One finished epoch of the TINY Softmax model on `small_data` (best.pt, metrics, ...)."""
+    import train
+    run_dir = tmp_path_factory.mktemp("runs") / "ptb-softmax"
+    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={small_data}", *TINY,
+                       "train.epochs=1", f"run.dir={run_dir}"]) == 0
+    return run_dir

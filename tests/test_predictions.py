@@ -1,42 +1,16 @@
 """Top-k next-word predictions of a tiny trained run, checked against evaluation's log-probs."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
 import report
-import train
 from analysis import AnalysisError
 from analysis.predictions import make_contexts, predict
 from data.batching import batchify
 from experiment.evaluation import iterate_chunks
 from experiment.loading import load_trained
-from tests.conftest import TINY
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_run(ptb_slice, tmp_path_factory) -> Path:
-    """One epoch of the TINY model on the first lines of the PTB slice."""
-    data = tmp_path_factory.mktemp("small-ptb")
-    (data / "ptb").mkdir()
-    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
-        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
-        (data / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
-    run_dir = tmp_path_factory.mktemp("runs") / "ptb-softmax"
-    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={data}", *TINY,
-                       "train.epochs=1", f"run.dir={run_dir}"]) == 0
-    return run_dir
 
 
 @pytest.fixture(scope="module")

@@ -30,24 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG = "configs/ptb/softmax.yaml"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def small_data(ptb_slice, tmp_path_factory) -> Path:
-    """The first lines of the PTB slice: an epoch of the TINY model is ~50 steps."""
-    root = tmp_path_factory.mktemp("small-ptb")
-    (root / "ptb").mkdir()
-    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
-        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
-        (root / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
-    return root
 
 
 @pytest.fixture

@@ -11,25 +11,14 @@ import pytest
 import torch
 
 import report
-import train
 from analysis import AnalysisError
 from analysis.wordsim import Benchmark, read_benchmark, read_benchmarks, score, win_counts
 from data import load_corpus
-from tests.conftest import TINY
 
 # [SB] SM Table 13: pairs with a word outside the PTB vocabulary, per benchmark.
 SB_PTB_SKIPPED = {"WS-353-ALL": 116, "WS-353-SIM": 66, "WS-353-REL": 80, "RG-65": 55, "MC-30": 21,
                   "MTurk-287": 146, "MTurk-771": 346, "MEN-TR-3k": 1952, "YP-130": 65, "VERB-143": 9,
                   "RW-STANFORD": 1889, "SimVerb-3500": 1746, "SIMLEX-999": 424}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -95,20 +84,6 @@ def test_win_counts():
     assert win_counts(rhos).tolist() == [[0, 1, 2],     # a tie is no win; nan is never above or below
                                          [1, 0, 1],
                                          [0, 1, 0]]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(ptb_slice, tmp_path_factory) -> Path:
-    """One epoch of the TINY model on the first lines of the PTB slice."""
-    data = tmp_path_factory.mktemp("small-ptb")
-    (data / "ptb").mkdir()
-    for split, lines in (("train", 80), ("valid", 12), ("test", 12)):
-        text = (ptb_slice / "ptb" / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
-        (data / "ptb" / f"{split}.txt").write_text("".join(text[:lines]), encoding="utf-8")
-    run_dir = tmp_path_factory.mktemp("runs") / "ptb-softmax"
-    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={data}", *TINY,
-                       "train.epochs=1", f"run.dir={run_dir}"]) == 0
-    return run_dir
 
 
 def test_report_on_a_trained_run(tiny_run, benchmark_dir, tmp_path):
