@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from analysis import AnalysisError
-from analysis.sweep import (SCRIPTS, describe, parse_grid, pending_commands, plan_runs,
+from analysis.sweep import (describe, parse_grid, pending_commands, plan_runs,
                             slurm_script, summary, sweep_gpus, sweep_local, visible_gpus)
 from experiment.config import ConfigError
 
@@ -36,6 +36,8 @@ def parse_args(argv=None):
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                         help="values of one key; several --grid give their cartesian product")
     parser.add_argument("--rank", action="store_true", help="also run rank.py on every run")
+    parser.add_argument("--rank-args", default="", metavar="ARGS",
+                        help='options for rank.py, e.g. --rank-args="--contexts 33320"')
     parser.add_argument("--mode", choices=("local", "gpus", "slurm"), default="local",
                         help="local: one run after another; gpus: one run per local GPU in parallel; "
                              "slurm: write (and with --submit submit) an sbatch job array")
@@ -72,12 +74,12 @@ def inner_sweep_command(args) -> list[str]:
         command += ["--grid", grid]
     if args.seeds:
         command += ["--seeds", *map(str, args.seeds)]
-    return command + (["--rank"] if args.rank else [])
+    return command + (["--rank", f"--rank-args={args.rank_args}"] if args.rank else [])
 
 
-def print_plan(runs, config_path: Path, with_rank: bool) -> None:
+def print_plan(runs, config_path: Path, rank_args: list[str] | None) -> None:
     for run in runs:
-        commands = pending_commands(run, config_path, with_rank)
+        commands = pending_commands(run, config_path, rank_args)
         print(f"# [{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
         for command in commands:
             print(shlex.join(command))
@@ -121,16 +123,15 @@ def main(argv=None) -> int:
             runs = [runs[args.task]]
         if args.mode == "slurm":
             return write_slurm(args, runs)
+        rank_args = shlex.split(args.rank_args) if args.rank else None
         if args.dry_run:
-            print_plan(runs, config_path, args.rank)
+            print_plan(runs, config_path, rank_args)
             return 0
-        if args.rank and not SCRIPTS["rank"].is_file():
-            raise AnalysisError(f"--rank: {SCRIPTS['rank']} does not exist")
         if args.mode == "gpus":
             gpus = args.gpus.split(",") if args.gpus else visible_gpus()
-            outcomes = sweep_gpus(runs, config_path, args.rank, gpus)
+            outcomes = sweep_gpus(runs, config_path, rank_args, gpus)
         else:
-            outcomes = sweep_local(runs, config_path, args.rank)
+            outcomes = sweep_local(runs, config_path, rank_args)
     except (AnalysisError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

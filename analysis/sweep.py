@@ -168,7 +168,7 @@ def is_finished(run: PlannedRun) -> bool:
     return bool(progress.get("finished")) or progress["epoch"] > run.config.train.epochs
 
 
-def pending_commands(run: PlannedRun, config_path: Path, with_rank: bool) -> list[list[str]]:
+def pending_commands(run: PlannedRun, config_path: Path, rank_args: list[str] | None) -> list[list[str]]:
     """The commands still needed for `run`, in order (empty: nothing left to do)."""
     py = sys.executable
     commands = []
@@ -183,8 +183,8 @@ def pending_commands(run: PlannedRun, config_path: Path, with_rank: bool) -> lis
     if training or not is_fresh(run.dir / "eval_best.json", best):
         device = [] if run.config.run.device == "auto" else ["--device", run.config.run.device]
         commands.append([py, str(SCRIPTS["evaluate"]), str(run.dir), *device])
-    if with_rank and (training or not is_fresh(run.dir / "rank_test.json", best)):
-        commands.append([py, str(SCRIPTS["rank"]), str(run.dir)])
+    if rank_args is not None and (training or not is_fresh(run.dir / "rank_test.json", best)):
+        commands.append([py, str(SCRIPTS["rank"]), str(run.dir), *rank_args])
     return commands
 
 
@@ -223,11 +223,11 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     return "resume" if "--resume" in first else "new"
 
 
-def process(run: PlannedRun, config_path: Path, with_rank: bool, tag: str,
+def process(run: PlannedRun, config_path: Path, rank_args: list[str] | None, tag: str,
             env: dict | None = None, log_to_run_dir: bool = False) -> str:
     """Work out and run what is left of one run; its outcome (see `execute`, or "skipped")."""
     try:
-        commands = pending_commands(run, config_path, with_rank)
+        commands = pending_commands(run, config_path, rank_args)
         print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
         if not commands:
             return "skipped"
@@ -241,9 +241,9 @@ def process(run: PlannedRun, config_path: Path, with_rank: bool, tag: str,
         return f"failed: {e}"
 
 
-def sweep_local(runs: Sequence[PlannedRun], config_path: Path, with_rank: bool) -> dict[str, str]:
+def sweep_local(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None) -> dict[str, str]:
     """One run after another; their output goes to this terminal."""
-    return {str(run.dir): process(run, config_path, with_rank, f"[{run.index + 1}/{run.count}]")
+    return {str(run.dir): process(run, config_path, rank_args, f"[{run.index + 1}/{run.count}]")
             for run in runs}
 
 
@@ -254,7 +254,7 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def sweep_gpus(runs: Sequence[PlannedRun], config_path: Path, with_rank: bool,
+def sweep_gpus(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None,
                gpus: Sequence[str]) -> dict[str, str]:
     """One worker per GPU, each taking the next waiting run; output goes to DIR/sweep.log."""
     if not gpus:
@@ -271,7 +271,7 @@ def sweep_gpus(runs: Sequence[PlannedRun], config_path: Path, with_rank: bool,
                 run = waiting.get_nowait()
             except queue.Empty:
                 return
-            outcome = process(run, config_path, with_rank, f"[gpu {gpu}]", env, log_to_run_dir=True)
+            outcome = process(run, config_path, rank_args, f"[gpu {gpu}]", env, log_to_run_dir=True)
             outcomes[str(run.dir)] = outcome
             print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
 

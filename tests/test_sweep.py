@@ -145,7 +145,8 @@ def test_grid_and_run_names():
 def test_dry_run_prints_every_command_and_runs_nothing(overrides, tmp_path, capsys):
     out = tmp_path / "grid"
     assert sweep.main([CONFIG, *overrides[:-1], "--grid", "train.lr=10,20", "--grid", "train.clip=0.1,0.2",
-                       "--seeds", "1", "2", overrides[-1], "--rank", "--out", str(out), "--dry-run"]) == 0
+                       "--seeds", "1", "2", overrides[-1], "--rank", "--rank-args=--contexts 33320",
+                       "--out", str(out), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert not out.exists()
     titles = [line for line in lines if line.startswith("#")]
@@ -157,6 +158,7 @@ def test_dry_run_prints_every_command_and_runs_nothing(overrides, tmp_path, caps
     assert first[3:] == [*overrides, "train.lr=10", "train.clip=0.1", "train.seed=1",
                          f"run.dir={out / 'ptb-softmax-train.lr=10-train.clip=0.1-seed1'}"]
     assert commands[-3][-1] == f"run.dir={out / 'ptb-softmax-train.lr=20-train.clip=0.2-seed2'}"
+    assert commands[2][-2:] == ["--contexts", "33320"]
 
 
 def test_dry_run_through_the_entry_point(swept, overrides):
