@@ -1,21 +1,23 @@
-"""Head-only training-step cost of every output head at its PTB shapes (SPEC section 5).
+"""Training-step cost of every output head at the PTB shapes of its config (SPEC section 5).
 
-    python benchmarks/bench_heads.py [--reps 9] [--heads softmax,plif] [--device cuda]
+    AWD_DATA_DIR=... python benchmarks/bench_heads.py [--reps 5] [--heads softmax,plif] [--device cuda]
 
-A step is what the head adds to a training step: g (T, B, nhidlast) -> head -> log-probs
--> NLL -> backward into g, the tied embedding and the head's own parameters. Steps of all
-heads are interleaved (softmax, ss, ..., softmax, ss, ...) so that drifts in machine speed
-hit every head alike; medians are reported. Linear heads run at batch 20, bptt 70,
-V 10,000, emsize = nhidlast = 400; MoS/MoC at batch 12, emsize 280, nhidlast 620, K 15,
-so they are compared with the Softmax per token.
+Two timings per head, each with steps of all heads interleaved (softmax, ss, ..., softmax,
+ss, ...) so that drifts in machine speed hit every head alike; medians are reported:
+  full step  train.py's own Trainer.train_step with configs/ptb/<head>.yaml (body and head,
+             every dropout, AR/TAR, clipping, SGD) at a fixed seq_len = bptt (70); MoS/MoC
+             run at their config's batch 12 and sizes, so they are compared per token;
+  head step  what the head alone adds: g (T, B, nhidlast) -> head -> log-probs -> NLL ->
+             backward into g, the tied embedding and the head's own parameters. Linear heads
+             at batch 20, emsize = nhidlast = 400; MoS/MoC at batch 12, emsize 280, nhidlast 620.
 
 Also reported, from one extra step per head: the peak memory of the step above what
 existed before it (CUDA: the allocator's peak; CPU: the profiler's memory timeline), and
 the bytes the step saves for backward per logit (distinct storages seen by
 saved_tensors_hooks, the tied weight and other parameters excluded).
 
-Targets: SS and GSS <= 1.05x Softmax; PLIF (K = 100,000) <= 1.15x; MoS per token <= 2.0x
-Softmax per token; PLIF saves <= 4 bytes per logit more than the Softmax (the logits).
+Targets (full step): SS and GSS <= 1.05x Softmax; PLIF (K = 100,000) <= 1.15x; MoS per
+token <= 2.0x Softmax per token; PLIF saves <= 4 bytes per logit more than the Softmax.
 
 On CPU with glibc, a freed tensor larger than 32 MB goes back to the OS and the next one
 page-faults in afresh, which charges every extra (T, B, V) tensor ~40 ms here; CUDA's
@@ -27,10 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import TrainerStep, interleaved_times, medians, synchronize  # noqa: E402
+from data import load_corpus  # noqa: E402
 from model.heads import HEADS  # noqa: E402
 from model.heads.mixture import MixtureOptions  # noqa: E402
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions  # noqa: E402
@@ -97,11 +99,6 @@ class Case:
         F.nll_loss(log_probs.view(-1, self.shape.vocab), self.targets).backward()
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def peak_step_memory(case: Case, device: torch.device) -> int:
     """Bytes allocated at the step's peak beyond what was allocated before it."""
     if device.type == "cuda":
@@ -146,13 +143,14 @@ def saved_bytes_per_logit(case: Case) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", default=",".join(HEADS), help="comma-separated head names")
-    parser.add_argument("--reps", type=int, default=9, help="timed steps per head (median)")
+    parser.add_argument("--reps", type=int, default=5, help="timed steps per head (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per head first "
                         "(the first compiled step compiles)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="eager kernels for SS/GSS/PLIF")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--head-only", action="store_true", help="skip the full-model steps")
     args = parser.parse_args()
 
     if args.threads:
@@ -171,31 +169,39 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"compile {not args.no_compile}, MALLOC_MMAP_THRESHOLD_="
           f"{os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset')}")
-    for case in cases.values():
-        for _ in range(args.warmup):
-            case.step()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.reps):
-        for name, case in cases.items():
-            synchronize(device)
-            start = time.perf_counter()
-            case.step()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
+    head_times = medians(interleaved_times({n: c.step for n, c in cases.items()}, args.reps, args.warmup, device))
+    full = {}
+    if not args.head_only:
+        corpus = load_corpus("ptb")
+        compile_option = [f"head.compile={str(not args.no_compile).lower()}"]
+        full = {name: TrainerStep(f"configs/ptb/{name}.yaml", corpus, device,
+                                  compile_option if "compile" in setups[name][0].__dataclass_fields__ else [])
+                for name in names}
+        full_times = medians(interleaved_times(full, args.reps, args.warmup, device))
 
     base = cases["softmax"]
-    base_step = statistics.median(times["softmax"])
-    base_token = base_step / base.shape.tokens
     base_saved = saved_bytes_per_logit(base)
-    print(f"{'head':<12} {'step ms':>8} {'x Softmax':>9} {'per token':>9} {'peak MB':>8} "
-          f"{'saved B/logit':>13} {'vs Softmax':>10}")
+    header = f"{'head':<12} {'head ms':>8} {'x Softmax':>9} {'per token':>9}"
+    if full:
+        header += f" {'full ms':>8} {'x Softmax':>9} {'per token':>9}"
+    print(header + f" {'head peak MB':>12} {'saved B/logit':>13} {'vs Softmax':>10}")
+    results = {}
     for name, case in cases.items():
-        step = statistics.median(times[name])
+        ratio = head_times[name] / head_times["softmax"]
+        per_token = ratio * base.shape.tokens / case.shape.tokens
+        line = f"{name:<12} {head_times[name] * 1e3:8.1f} {ratio:9.3f} {per_token:9.3f}"
+        row = {"head_step_s": head_times[name], "head_ratio": ratio, "head_ratio_per_token": per_token}
+        if full:
+            f_ratio = full_times[name] / full_times["softmax"]
+            f_per_token = f_ratio * full["softmax"].tokens / full[name].tokens
+            line += f" {full_times[name] * 1e3:8.1f} {f_ratio:9.3f} {f_per_token:9.3f}"
+            row.update(full_step_s=full_times[name], full_ratio=f_ratio, full_ratio_per_token=f_per_token)
         saved = saved_bytes_per_logit(case)
         peak = peak_step_memory(case, device) / 2**20
-        print(f"{name:<12} {step * 1e3:8.1f} {step / base_step:9.3f} "
-              f"{step / case.shape.tokens / base_token:9.3f} {peak:8.0f} {saved:13.2f} "
-              f"{saved - base_saved:+10.2f}")
+        print(line + f" {peak:12.0f} {saved:13.2f} {saved - base_saved:+10.2f}")
+        row.update(head_peak_mb=peak, saved_bytes_per_logit=saved, saved_vs_softmax=saved - base_saved)
+        results[name] = {k: round(v, 4) for k, v in row.items()}
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,12 +22,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import train  # noqa: E402
+from benchmarks.common import TrainerStep, interleaved_times, medians  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.evaluation import evaluate_nll  # noqa: E402
-from model import build_model  # noqa: E402
 
 
 class PlainLSTMModel(nn.Module):
@@ -60,13 +57,9 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
-    config = load_config(args.config, ["run.device=cpu", "run.tensorboard=false", *args.overrides])
-    corpus = load_corpus(config.data.dataset, config.data.data_dir)
-    torch.manual_seed(0)
-    model = build_model(config, corpus.vocab_size)
-    trainer = train.Trainer(config, model, corpus, Path(tempfile.mkdtemp()), torch.device("cpu"))
-    trainer.hidden = [model.init_hidden(end - start) for start, end in trainer.chunks]
-    trainer.sampler.sample = lambda: config.train.bptt          # fixed length: comparable steps
+    corpus = load_corpus(load_config(args.config, args.overrides).data.dataset)
+    awd_step = TrainerStep(args.config, corpus, torch.device("cpu"), args.overrides)
+    config, model = awd_step.config, awd_step.model
 
     m, t = config.model, config.train
     plain = PlainLSTMModel(corpus.vocab_size, m.emsize, m.nhid, m.nhidlast)
@@ -83,14 +76,10 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(plain.parameters(), t.clip)
         plain_opt.step()
 
-    for _ in range(2):                                              # warm-up
-        trainer.train_step()
-        plain_step()
-    awd_times, plain_times = [], []
-    for _ in range(args.steps):
-        awd_times.append(timed(trainer.train_step))
-        plain_times.append(timed(plain_step))
-    awd, base = statistics.median(awd_times), statistics.median(plain_times)
+    times = interleaved_times({"awd": awd_step, "plain": plain_step}, args.steps, warmup=2,
+                              device=torch.device("cpu"))
+    awd_times, plain_times = times["awd"], times["plain"]
+    awd, base = medians(times).values()
 
     test = batchify(corpus.test[: args.eval_tokens + 1], 1)
     seconds = timed(lambda: evaluate_nll(model, test, t.bptt))

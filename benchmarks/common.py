@@ -1,0 +1,60 @@
+"""What the benchmarks share: train.py's own training step at a fixed length, and timing."""
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import train  # noqa: E402
+from experiment.config import load_config  # noqa: E402
+from model import build_model  # noqa: E402
+
+
+class TrainerStep:
+    """train.py's Trainer.train_step for a config, at seq_len = bptt so steps are comparable."""
+
+    def __init__(self, config_path: str, corpus, device: torch.device, overrides=()):
+        config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
+        torch.manual_seed(0)
+        self.model = build_model(config, corpus.vocab_size).to(device)
+        self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device)
+        self.trainer.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
+        self.trainer.sampler.sample = lambda: config.train.bptt
+        self.config = config
+        self.tokens = config.train.batch_size * config.train.bptt
+
+    def __call__(self) -> None:
+        if self.trainer.position >= self.trainer.train_data.size(0) - 2 - self.config.train.bptt:
+            self.trainer.position = 0          # wrap around instead of ending the epoch
+        self.trainer.train_step()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_times(steps: dict, reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
+    """Seconds of each step, run round-robin so drifts in machine speed hit all alike."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(reps):
+        for name, step in steps.items():
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(t) for name, t in times.items()}
