@@ -15,7 +15,7 @@ from model import LanguageModel, count_parameters
 from model.body import AWDLSTMBody
 from model.heads import HEADS
 from model.heads.base import FusedKernel
-from model.heads.mixture import MixtureOptions
+from model.heads.mixture import MixtureOptions, MoSOptions, mixture_log_softmax
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions
 from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions, gss_transform
 
@@ -29,7 +29,7 @@ SMALL = {
     "gss": GSSOptions(c=-1.5, k=2.5, compile=False),
     "plif": PLIFOptions(knots=16, bound=4.0, compile=False),
     "plif_frozen": FrozenPLIFOptions(knots=16, bound=4.0, compile=False),
-    "mos": MixtureOptions(components=3, dropoutl=0.29),
+    "mos": MoSOptions(components=3, dropoutl=0.29, compile=False),
     "moc": MixtureOptions(components=3, dropoutl=0.29),
 }
 
@@ -114,7 +114,7 @@ def test_eval_mode_is_deterministic(name):
 
 @pytest.mark.parametrize("name", ["mos", "moc"])
 def test_mixture_dropout_is_on_in_training_only(name):
-    head = make_head(name, MixtureOptions(components=3, dropoutl=0.5))
+    head = make_head(name, HEADS[name].Options(components=3, dropoutl=0.5))
     hidden = hidden_for(name)
     head.train()
     assert not torch.equal(head(hidden).log_probs, head(hidden).log_probs)
@@ -267,6 +267,42 @@ def test_mos_matches_the_mixture_of_softmaxes():
     torch.testing.assert_close(head(hidden).log_probs, probs.log())
 
 
+def reference_mixture_log_softmax(logits, log_prior):
+    return torch.logsumexp(log_prior.unsqueeze(-1) + F.log_softmax(logits, -1), dim=-2)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_mixture_log_softmax_values_and_gradients(compiled):
+    torch.manual_seed(0)
+    logits = (torch.randn(2, 5, 3, 11, dtype=torch.float64) * 3).requires_grad_()
+    log_prior = F.log_softmax(torch.randn(2, 5, 3, dtype=torch.float64), -1).detach().requires_grad_()
+    grad = torch.randn(2, 5, 11, dtype=torch.float64)
+    fused = mixture_log_softmax(logits, log_prior, compiled)
+    fused_grads = torch.autograd.grad(fused, (logits, log_prior), grad)
+    reference = reference_mixture_log_softmax(logits, log_prior)
+    reference_grads = torch.autograd.grad(reference, (logits, log_prior), grad)
+    torch.testing.assert_close(fused, reference)
+    for a, b in zip(fused_grads, reference_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_fused_mixture_log_softmax_gradcheck():
+    torch.manual_seed(1)
+    logits = torch.randn(4, 3, 7, dtype=torch.float64, requires_grad=True)
+    log_prior = F.log_softmax(torch.randn(4, 3, dtype=torch.float64), -1).detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda l, p: mixture_log_softmax(l, p), (logits, log_prior))
+
+
+def test_fused_mixture_saves_only_the_component_logits():
+    logits = torch.randn(6, 15, 1000, requires_grad=True)
+    log_prior = F.log_softmax(torch.randn(6, 15), -1)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        mixture_log_softmax(logits, log_prior)
+    component_logits = 6 * 15 * 1000
+    assert sum(saved) <= component_logits + 6 * 1000 + 2 * 6 * 15
+
+
 def test_moc_matches_the_mixture_of_contexts():
     head = make_head("moc", dtype=torch.float64).eval()
     hidden = hidden_for("moc", torch.float64, scale=2.0)
@@ -277,7 +313,7 @@ def test_moc_matches_the_mixture_of_contexts():
 
 
 def test_mos_with_one_component_is_a_softmax_of_tanh_context():
-    head = make_head("mos", MixtureOptions(components=1, dropoutl=0.0), dtype=torch.float64)
+    head = make_head("mos", MoSOptions(components=1, dropoutl=0.0, compile=False), dtype=torch.float64)
     hidden = hidden_for("mos", torch.float64)
     context = torch.tanh(head.latent(hidden))
     torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(head.decoder(context), -1))
@@ -292,7 +328,7 @@ def test_mos_keeps_rare_words_finite_where_log_of_sum_underflows():
 
 
 def test_mixture_latent_dropout_is_locked_over_time():
-    head = make_head("mos", MixtureOptions(components=3, dropoutl=0.5)).train()
+    head = make_head("mos", MoSOptions(components=3, dropoutl=0.5, compile=False)).train()
     hidden = hidden_for("mos")[:1].expand(T, B, NHIDLAST_MIX)   # the same g at every step
     _, contexts = head.components(hidden)
     clean = torch.tanh(head.latent(hidden)).view(T, B, 3, E)
@@ -322,12 +358,12 @@ def lstm_parameters(n_in: int, n_out: int) -> int:
 
 
 def test_mos_parameter_count_matches_the_paper():
-    head = HEADS["mos"](MixtureOptions(), 10_000, 280, 620, nn.Parameter(torch.empty(10_000, 280)))
+    head = HEADS["mos"](MoSOptions(), 10_000, 280, 620, nn.Parameter(torch.empty(10_000, 280)))
     assert own_parameters(head) == 620 * 15 + (620 * 15 * 280 + 15 * 280) + 10_000
     total = (10_000 * 280 + lstm_parameters(280, 960) + lstm_parameters(960, 960)
              + lstm_parameters(960, 620) + own_parameters(head))
     assert total == 21_500_620                                   # [SB] Table 2: 21.50M
-    assert count_parameters(full_model("mos", MixtureOptions(), 10_000, 280, 960, 620)) == total
+    assert count_parameters(full_model("mos", MoSOptions(), 10_000, 280, 960, 620)) == total
 
 
 @pytest.mark.parametrize("name, options, total", [

@@ -17,7 +17,8 @@ from experiment import checkpoint
 PTB = "configs/ptb/{}.yaml"
 D = 8                                  # d_emb of the tiny models: the slice vocabulary is far larger
 HEAD_OPTIONS = {"ss": ["head.compile=false"], "gss": ["head.c=-1.5", "head.k=2.5", "head.compile=false"],
-                "plif": ["head.knots=1000", "head.compile=false"], "mos": ["head.components=3"],
+                "plif": ["head.knots=1000", "head.compile=false"],
+                "mos": ["head.components=3", "head.compile=false"],
                 "moc": ["head.components=3"], "softmax": []}
 
 

@@ -214,6 +214,8 @@ def test_contract_errors():
         StreamingSingularValues(5, device="meta", backend="lapack")
     with pytest.raises(ValueError, match="float32 and float64"):
         StreamingSingularValues(5, dtype=np.float16)
+    with pytest.raises(ValueError, match="block_rows"):
+        StreamingSingularValues(5, block_rows=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
