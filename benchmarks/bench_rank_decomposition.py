@@ -9,8 +9,9 @@ plus a small nonlinear term s * tanh(H2 W2^T) (H2 W2^T of rank 64). Its linear p
 give Press rank 402 + 64 = 466; its higher-order part is full rank with a bulk of singular values
 that s places near the Press tolerance, so the two methods are compared where rounding could tip
 the count. The tolerance grows relative to that bulk like sqrt(m + n), so s = 0.08 is meant to put
-the Press rank well between 466 and n at the default shape (extrapolated from 930 of 5,000 at
-41,215 x 5,000 with s = 0.06; not measured at full size); small smoke shapes come out nearly full.
+the Press rank well between 466 and n at the default shape (a rough extrapolation from 930 of
+5,000 at 41,215 x 5,000 with s = 0.06; not measured at full size); small smoke shapes come out
+nearly full.
 The rows are generated reproducibly from the seed in fixed 1,024-row chunks, so the streaming side
 never holds the whole matrix; numpy's side stacks the same chunks and calls
 np.linalg.svd(A, compute_uv=False).
@@ -23,8 +24,9 @@ JSON line.
 
 Target at the default shape: the streaming decomposition peaks at <= 2 GB and takes <= 0.5x
 numpy's time, with the same Press rank (numpy: ~630 s and ~16.5 GB on the 2-core, 24 GiB
-reference machine). A full run takes ~15 minutes; on a shared machine CPU times are steadier
-than wall times.
+reference machine). A full run takes ~15 minutes. Time it on a quiet machine: with 2 cores, any
+other busy process makes multithreaded BLAS/LAPACK wait at its thread barriers, and both wall and
+CPU times then inflate erratically (up to 10x seen here, for either method).
 """
 from __future__ import annotations
 
@@ -65,8 +67,10 @@ def log_p_chunks(rows: int, cols: int, seed: int) -> Iterator[np.ndarray]:
         count = min(GENERATION_CHUNK, rows - start)
         rng = np.random.default_rng([seed, 1, index])
         # Scales give logits with std ~3 around the bias, like a trained model's.
-        hidden = rng.standard_normal((count, LINEAR_RANK), dtype=np.float32) * (3 / LINEAR_RANK**0.5)
-        hidden2 = rng.standard_normal((count, NONLINEAR_RANK), dtype=np.float32) / NONLINEAR_RANK**0.5
+        hidden = rng.standard_normal((count, LINEAR_RANK), dtype=np.float32)
+        hidden *= 3 / LINEAR_RANK**0.5
+        hidden2 = rng.standard_normal((count, NONLINEAR_RANK), dtype=np.float32)
+        hidden2 /= NONLINEAR_RANK**0.5
         logits = hidden @ weight.T + bias + NONLINEAR_SCALE * np.tanh(hidden2 @ weight2.T)
         logits -= logits.max(axis=1, keepdims=True)
         logits -= np.log(np.exp(logits).sum(axis=1, keepdims=True))
@@ -123,7 +127,8 @@ def worker(args: argparse.Namespace) -> None:
     run = run_numpy if args.worker == "numpy" else run_streaming
     values, clock = run(args)
     np.save(args.out, np.asarray(values, dtype=np.float64))
-    print(json.dumps({"wall_s": clock.wall, "cpu_s": clock.cpu, "peak_rss_bytes": peak_rss_bytes()}))
+    stats = {"wall_s": clock.wall, "cpu_s": clock.cpu, "peak_rss_bytes": peak_rss_bytes()}
+    print(json.dumps(stats))
 
 
 def launch(method: str, args: argparse.Namespace, folder: Path) -> tuple[dict, np.ndarray]:
@@ -132,7 +137,7 @@ def launch(method: str, args: argparse.Namespace, folder: Path) -> tuple[dict, n
                "--rows", str(args.rows), "--cols", str(args.cols), "--seed", str(args.seed)]
     if args.block_rows:
         command += ["--block-rows", str(args.block_rows)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)  # stderr shown
     return json.loads(done.stdout.strip().splitlines()[-1]), np.load(out)
 
 
@@ -175,8 +180,10 @@ def main() -> None:
         summary["time_ratio"] = results["streaming"]["wall_s"] / results["numpy"]["wall_s"]
         summary["cpu_ratio"] = results["streaming"]["cpu_s"] / results["numpy"]["cpu_s"]
         summary["max_rel_diff"] = float(np.abs(stream - dense).max() / dense[0])
-        summary["same_press_rank"] = results["streaming"]["press_rank"] == results["numpy"]["press_rank"]
-        print(f"  streaming / numpy: wall {summary['time_ratio']:.2f}x, cpu {summary['cpu_ratio']:.2f}x; "
+        summary["same_press_rank"] = (results["streaming"]["press_rank"]
+                                      == results["numpy"]["press_rank"])
+        print(f"  streaming / numpy: wall {summary['time_ratio']:.2f}x, "
+              f"cpu {summary['cpu_ratio']:.2f}x; "
               f"max |sigma_stream - sigma_numpy| / sigma_max = {summary['max_rel_diff']:.2e}; "
               f"same Press rank: {summary['same_press_rank']}")
     print(json.dumps(summary))

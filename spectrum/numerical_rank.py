@@ -49,7 +49,7 @@ def press_rank(singular_values: Any, shape: tuple[int, int], dtype: Any) -> int:
 
 
 def effective_rank(singular_values: Any, epsilon: float) -> int:
-    """Smallest k with sum_{i<=k} sigma_i^2 >= (1 - epsilon) * sum_i sigma_i^2 (0 for a zero matrix).
+    """Smallest k with sum_{i<=k} sigma_i^2 >= (1 - epsilon) * sum_i sigma_i^2 (0 if all are 0).
 
     The energies are accumulated in float64 so that float32 spectra with ~10^4 terms do not lose the
     tail the small epsilons look at.
@@ -70,7 +70,7 @@ def rank_summary(
     dtype: Any,
     epsilons: Iterable[float] = EFFECTIVE_RANK_EPSILONS,
 ) -> dict[str, Any]:
-    """Plain-Python (JSON-ready) summary: Press rank, effective ranks, shape, extreme singular values.
+    """JSON-ready summary: Press rank, effective ranks, shape, dtype, extreme singular values.
 
     `effective_rank` maps each epsilon (a float key) to its rank; json.dumps writes the keys as
     strings ("0.001").

@@ -1,7 +1,7 @@
 """Exact singular values of a tall matrix whose rows arrive in blocks, in memory independent of m.
 
-The log-P matrix of a language model (contexts x vocabulary, up to ~250,000 x 33,278) is too large to
-hold, let alone to hand to a dense SVD. But A = QR has the same singular values as its n x n
+The log-P matrix of a language model (contexts x vocabulary, up to ~250,000 x 33,278) is too large
+to hold, let alone to hand to a dense SVD. But A = QR has the same singular values as its n x n
 triangular factor R, and R can be updated one block of rows B at a time: QR([R; B]) = Q' R'. So we
 keep only R (plus a buffer of pending rows), never Q, and finish with a full, non-randomised SVD
 of R. A^T A is never formed: it squares the condition number and would wipe out exactly the small
@@ -25,12 +25,12 @@ from scipy.linalg import lapack
 from .numerical_rank import float_dtype
 
 # Panel width of ?tpqrt (its `nb`): wide enough for its matrix-matrix updates to run at BLAS-3
-# speed, narrow enough that the matrix-vector panel work stays small. With OpenBLAS at n = 2,000 to
-# 4,000, 64 and 128 were on par (128 slightly ahead, and larger n favours wider panels), 256 slower.
+# speed, narrow enough that the matrix-vector panel work stays small. OpenBLAS, 2 cores, float32:
+# 140 GF/s with 128 against 123 with 64 at n = 10,000; 256 was slower at n = 4,000.
 _TPQRT_PANEL = 128
-# Default buffered rows per ?tpqrt call: the cost per row measured the same from 1,024 to 8,192
-# rows, and the buffer (block_rows x n) stays small next to R.
-_LAPACK_BLOCK_ROWS = 2048
+# Default buffered rows per ?tpqrt call: at n = 10,000, 4,096 rows ran at 149 GF/s against 138
+# with 2,048 (n = 4,000: flat from 1,024 to 8,192), and the buffer stays small next to R.
+_LAPACK_BLOCK_ROWS = 4096
 # The torch backend re-factorises R (4/3 n^3 flops) per block of k rows; k >= n keeps that overhead
 # within 2/3 of the useful 2 k n^2.
 _TORCH_MIN_BLOCK_ROWS = 2048
@@ -90,8 +90,8 @@ class _LapackBackend:
             block = np.asfortranarray(block)
         if self._r is None:
             n = self._buffer.shape[1]
-            # Starting from R = 0 lets ?tpqrt do the first block too; if fewer than n rows are ever
-            # seen, the rows of R below the true rank are rounding noise, cut off by the caller.
+            # Starting from R = 0 lets ?tpqrt do the first block too. If only m < n rows are ever
+            # seen, R gains n - m singular values of rounding noise: the caller keeps the top m.
             self._r = np.zeros((n, n), dtype=self._buffer.dtype, order="F")
         self._r = tpqrt_update(self._r, block)
 
@@ -143,19 +143,23 @@ class _TorchBackend:
         self._r_rows, self._flushed = new_r_rows, True
 
     def finish(self, count: int) -> torch.Tensor:
-        if self._flushed and count:
-            self.flush(count)
-        matrix = self._work[: self._r_rows] if self._flushed else self._work[:count]
+        """The matrix whose singular values are those of A (work tensor released)."""
         if not self._flushed:
+            # Never flushed: all rows are still pending, take them as they are.
+            matrix = self._work[:count]
             _check_finite(matrix)
+        else:
+            if count:
+                self.flush(count)
+            matrix = self._work[: self._r_rows]
         self._work = None
         return matrix
 
 
 def _check_finite(block: np.ndarray | torch.Tensor) -> None:
     # A NaN or inf would silently spread through R into every singular value.
-    finite = np.isfinite(block).all() if isinstance(block, np.ndarray) else torch.isfinite(block).all()
-    if not bool(finite):
+    module = np if isinstance(block, np.ndarray) else torch
+    if not bool(module.isfinite(block).all()):
         raise ValueError("the matrix has non-finite entries (NaN or inf)")
 
 
@@ -173,7 +177,7 @@ class StreamingSingularValues:
         dtype: working precision of the decomposition (float32 by default, as in [SB]; float64 on
             request); incoming rows are cast to it. Numpy dtype, string or torch dtype.
         device: where the torch backend works (e.g. "cuda"); the LAPACK backend needs "cpu".
-        block_rows: rows buffered per update of R (any update size is accepted). Default 2,048 for
+        block_rows: rows buffered per update of R (any update size is accepted). Default 4,096 for
             LAPACK and max(n, 2,048) for torch, which re-factorises R at every block.
         backend: "lapack" (?tpqrt via scipy, CPU), "torch" (torch.geqrf, any device) or "auto"
             ("lapack" on CPU, "torch" elsewhere).
@@ -259,8 +263,9 @@ class StreamingSingularValues:
             matrix = self._backend.finish(self._pending)
             self._backend = None
             # torch's SVD even for the lapack backend: x86 torch wheels bring MKL, whose gesdd
-            # was 4x faster than the OpenBLAS one of numpy/scipy at n = 4,000 (the gap grows
-            # with n), for the same backward-stable bidiagonalisation.
+            # (the same LAPACK routine as numpy's/scipy's OpenBLAS one) ran 3.6x faster at
+            # n = 4,000 (on par at 2,000; the gap opens once R outgrows the cache); n = 8,000
+            # took 20 s on 2 cores.
             values = torch.linalg.svdvals(matrix).cpu().numpy().astype(np.float64)
             del matrix  # frees R
             # When m < n, R carries n - m extra rows of rounding noise (lapack backend); A itself
