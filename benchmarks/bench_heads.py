@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import TrainerStep, interleaved_times, medians, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
 from model.heads import HEADS  # noqa: E402
-from model.heads.mixture import MixtureOptions  # noqa: E402
+from model.heads.mixture import MixtureOptions, MoSOptions  # noqa: E402
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions  # noqa: E402
 from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions  # noqa: E402
 
@@ -74,7 +74,7 @@ def ptb_setups(compiled: bool) -> dict[str, tuple[object, Shape]]:
         "gss": (GSSOptions(c=-1.5, k=2.5, compile=compiled), LINEAR),
         "plif": (PLIFOptions(compile=compiled), LINEAR),
         "plif_frozen": (FrozenPLIFOptions(compile=compiled), LINEAR),
-        "mos": (MixtureOptions(), MIXTURE),
+        "mos": (MoSOptions(compile=compiled), MIXTURE),
         "moc": (MixtureOptions(), MIXTURE),
     }
 

@@ -66,7 +66,8 @@ SOURCES: dict[str, Source] = {
 }
 DATASETS = tuple(SOURCES)
 
-# sha256 of the split files, from /work/shared/data/README.md. The WikiText-2
+# sha256 of the split files, as published with the corpora copies this project was
+# developed against (their README gives md5 and sha256). The WikiText-2
 # train.txt there was rebuilt from the token stream; its hash equals the one of
 # the train.txt that pytorch/examples ships as a renamed copy of wiki.train.tokens,
 # but byte identity with the zip member has not been checked against the zip
