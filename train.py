@@ -133,7 +133,7 @@ class Trainer:
         inputs, targets = get_batch(self.train_data, self.position, seq_len)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        step_nll, step_loss = 0.0, 0.0
+        totals = torch.zeros(2, device=self.device)        # (NLL, loss) of the whole batch
         for c, (start, end) in enumerate(self.chunks):
             out = self.model(inputs[:, start:end], detach(self.hidden[c]))
             self.hidden[c] = out.hidden
@@ -141,8 +141,8 @@ class Trainer:
             weight = (end - start) / t.batch_size
             loss = loss * weight
             loss.backward()
-            step_nll += nll.item() * weight
-            step_loss += loss.item()
+            totals += torch.stack([nll.detach() * weight, loss.detach()])
+        step_nll, step_loss = totals.tolist()              # one device sync per step
         if not math.isfinite(step_loss):
             raise TrainingStopped(
                 f"non-finite loss ({step_loss}) at step {self.step + 1} (epoch {self.epoch}); "
