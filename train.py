@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from data import DataError, load_corpus
@@ -51,13 +50,14 @@ def detach(hidden):
     return [(h.detach(), c.detach()) for h, c in hidden]
 
 
-def regularized_loss(out, targets: torch.Tensor, alpha: float, beta: float):
-    """(mean NLL, NLL + AR + TAR) of one forward ([AWD] section 4.6, SPEC section 3).
+def regularized_loss(out, alpha: float, beta: float):
+    """(mean NLL, NLL + AR + TAR) of one forward given its targets ([AWD] section 4.6, SPEC
+    section 3).
 
     AR penalises the dropped last-layer output g (the head's input); TAR penalises the change
     of the raw last-layer output between consecutive time steps.
     """
-    nll = F.nll_loss(out.log_probs.reshape(-1, out.log_probs.size(-1)), targets.reshape(-1))
+    nll = -out.target_log_probs.mean()
     ar = alpha * out.dropped_output.pow(2).mean()
     tar = beta * (out.last_raw_output[1:] - out.last_raw_output[:-1]).pow(2).mean()
     return nll, nll + ar + tar
@@ -135,9 +135,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         totals = torch.zeros(2, device=self.device)        # (NLL, loss) of the whole batch
         for c, (start, end) in enumerate(self.chunks):
-            out = self.model(inputs[:, start:end], detach(self.hidden[c]))
+            out = self.model(inputs[:, start:end], detach(self.hidden[c]), targets[:, start:end])
             self.hidden[c] = out.hidden
-            nll, loss = regularized_loss(out, targets[:, start:end], t.alpha, t.beta)
+            nll, loss = regularized_loss(out, t.alpha, t.beta)
             weight = (end - start) / t.batch_size
             loss = loss * weight
             loss.backward()

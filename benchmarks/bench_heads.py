@@ -7,7 +7,7 @@ ss, ...) so that drifts in machine speed hit every head alike; medians are repor
   full step  train.py's own Trainer.train_step with configs/ptb/<head>.yaml (body and head,
              every dropout, AR/TAR, clipping, SGD) at a fixed seq_len = bptt (70); MoS/MoC
              run at their config's batch 12 and sizes, so they are compared per token;
-  head step  what the head alone adds: g (T, B, nhidlast) -> head -> log-probs -> NLL ->
+  head step  what the head alone adds: g (T, B, nhidlast) -> head -> targets' log-probs -> NLL ->
              backward into g, the tied embedding and the head's own parameters. Linear heads
              at batch 20, emsize = nhidlast = 400; MoS/MoC at batch 12, emsize 280, nhidlast 620.
 
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,18 +88,21 @@ class Case:
         self.head = HEADS[name](options, shape.vocab, shape.emsize, shape.nhidlast,
                                 self.embedding).to(device).train()
         self.hidden = torch.randn(shape.bptt, shape.batch, shape.nhidlast, device=device) * 0.5
-        self.targets = torch.randint(shape.vocab, (shape.tokens,), device=device)
+        self.targets = torch.randint(shape.vocab, (shape.bptt, shape.batch), device=device)
 
     def step(self) -> None:
+        """What train.py does with the head: the targets' log-probs, mean NLL, backward."""
         for p in self.head.parameters():
             p.grad = None
         hidden = self.hidden.detach().requires_grad_()
-        log_probs = self.head(hidden).log_probs
-        F.nll_loss(log_probs.view(-1, self.shape.vocab), self.targets).backward()
+        (-self.head.target_log_probs(hidden, self.targets).mean()).backward()
 
 
 def peak_step_memory(case: Case, device: torch.device) -> int:
     """Bytes allocated at the step's peak beyond what was allocated before it."""
+    workspace = getattr(case.head, "workspace", None)
+    if workspace is not None:
+        workspace.release()     # count MoS's reusable logits buffer as the step's memory
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -136,7 +138,7 @@ def saved_bytes_per_logit(case: Case) -> float:
 
     hidden = case.hidden.detach().requires_grad_()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        case.head(hidden)
+        case.head.target_log_probs(hidden, case.targets)
     return sum(storages.values()) / (case.shape.tokens * case.shape.vocab)
 
 

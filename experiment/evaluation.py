@@ -9,19 +9,19 @@ import math
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 
 from data.batching import get_batch
 
 
 @torch.no_grad()
-def iterate_chunks(model, source: torch.Tensor, bptt: int) -> Iterator[tuple]:
-    """Yield (ModelOutput, targets) for consecutive bptt chunks of a batchified split."""
+def iterate_chunks(model, source: torch.Tensor, bptt: int, targets_only: bool = False) -> Iterator[tuple]:
+    """Yield (ModelOutput, targets) for consecutive bptt chunks of a batchified split; with
+    `targets_only` the model computes only the targets' log-probabilities."""
     model.eval()
     hidden = model.init_hidden(source.size(1))
     for i in range(0, source.size(0) - 1, bptt):
         inputs, targets = get_batch(source, i, bptt)
-        out = model(inputs, hidden)
+        out = model(inputs, hidden, targets if targets_only else None)
         hidden = out.hidden
         yield out, targets
 
@@ -29,10 +29,8 @@ def iterate_chunks(model, source: torch.Tensor, bptt: int) -> Iterator[tuple]:
 def evaluate_nll(model, source: torch.Tensor, bptt: int, progress=None) -> float:
     """Mean negative log-likelihood per token (nats) of a batchified split."""
     total, count = 0.0, 0
-    for out, targets in iterate_chunks(model, source, bptt):
-        nll = F.nll_loss(out.log_probs.view(-1, out.log_probs.size(-1)), targets.reshape(-1),
-                         reduction="sum")
-        total += nll.item()
+    for out, targets in iterate_chunks(model, source, bptt, targets_only=True):
+        total -= out.target_log_probs.double().sum().item()
         count += targets.numel()
         if progress is not None:
             progress.update(targets.size(0))

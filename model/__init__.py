@@ -11,11 +11,12 @@ from .heads import HEADS, HeadOutput
 
 
 class ModelOutput(NamedTuple):
-    log_probs: torch.Tensor                 # (T, B, V)
+    log_probs: torch.Tensor | None          # (T, B, V); None when targets were given
     transformed_logits: torch.Tensor | None # (T, B, V) f(l) for heads that have one
     hidden: list                            # (h, c) per layer, to carry to the next chunk
     dropped_output: torch.Tensor            # g, the head's input, for AR
     last_raw_output: torch.Tensor           # last LSTM layer before dropout, for TAR
+    target_log_probs: torch.Tensor | None = None   # (T, B) log p(target); when targets were given
 
 
 class LanguageModel(nn.Module):
@@ -27,8 +28,13 @@ class LanguageModel(nn.Module):
     def init_hidden(self, batch_size: int) -> list:
         return self.body.init_hidden(batch_size)
 
-    def forward(self, ids: torch.Tensor, hidden: list) -> ModelOutput:
+    def forward(self, ids: torch.Tensor, hidden: list, targets: torch.Tensor | None = None) -> ModelOutput:
+        """Full log-probabilities, or with `targets` (T, B) only the targets' log-probabilities
+        (what the loss needs; cheaper for some heads)."""
         body = self.body(ids, hidden)
+        if targets is not None:
+            return ModelOutput(None, None, body.hidden, body.output, body.last_raw_output,
+                               self.head.target_log_probs(body.output, targets))
         head: HeadOutput = self.head(body.output)
         return ModelOutput(head.log_probs, head.transformed_logits, body.hidden,
                            body.output, body.last_raw_output)

@@ -3,6 +3,7 @@ reference, gradients, normalisation, extreme inputs, eval determinism, options a
 parameter counts (SPEC section 6). PLIF's own function is tested in test_plif.py."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -112,6 +113,117 @@ def test_eval_mode_is_deterministic(name):
     assert torch.equal(first.log_probs, second.log_probs)
 
 
+def targets_for(seed: int = 2) -> torch.Tensor:
+    return torch.randint(V, (T, B), generator=torch.Generator().manual_seed(seed))
+
+
+def grads_of(fn, head, hidden):
+    """fn(head, hidden) -> (T, B) values; returns them and the gradients of a random
+    weighted sum for hidden and every head parameter."""
+    hidden = hidden.detach().requires_grad_()
+    values = fn(head, hidden)
+    weights = torch.rand(values.shape, generator=torch.Generator().manual_seed(3), dtype=values.dtype)
+    inputs = [hidden, *(p for p in head.parameters() if p.requires_grad)]
+    return values, torch.autograd.grad((values * weights).sum(), inputs)
+
+
+def gathered(head, hidden, targets):
+    return head(hidden).log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+COMPILABLE = [name for name in HEADS if hasattr(SMALL[name], "compile")]
+
+
+@pytest.mark.parametrize("name, compiled", [(name, False) for name in HEADS] +
+                         [(name, True) for name in COMPILABLE])
+def test_target_log_probs_equal_the_gathered_log_probs_with_gradients(name, compiled):
+    """In training mode, with the same dropout masks: the values and every gradient."""
+    options = SMALL[name]
+    if compiled:
+        options = dataclasses.replace(options, compile=True)
+    head = make_head(name, options, dtype=torch.float64).train()
+    hidden, targets = hidden_for(name, torch.float64, scale=2.0), targets_for()
+    torch.manual_seed(5)
+    expected, expected_grads = grads_of(lambda h, x: gathered(h, x, targets), head, hidden)
+    for _ in range(2):            # the second time MoS reuses its workspace
+        torch.manual_seed(5)
+        values, grads = grads_of(lambda h, x: h.target_log_probs(x, targets), head, hidden)
+        torch.testing.assert_close(values, expected)
+        for a, b in zip(grads, expected_grads):
+            torch.testing.assert_close(a, b)
+
+
+def test_mos_target_log_probs_match_finite_differences_float64():
+    """v^T J u from one backward against central differences along random u, for hidden and
+    every parameter at once. (torch's gradcheck runs backward on one graph twice, which
+    this function refuses: see the retain_graph test below.)"""
+    head = make_head("mos", dtype=torch.float64).eval()
+    hidden, targets = hidden_for("mos", torch.float64), targets_for()
+    params = [p for p in head.parameters() if p.requires_grad]
+    generator = torch.Generator().manual_seed(4)
+    v = torch.randn(T, B, generator=generator, dtype=torch.float64)
+    for trial in range(3):
+        inputs = [hidden, *(p.detach().clone() for p in params)]
+        directions = [torch.randn(x.shape, generator=generator, dtype=torch.float64) for x in inputs]
+
+        def value(step: float) -> torch.Tensor:
+            with torch.no_grad():
+                for p, x, u in zip(params, inputs[1:], directions[1:]):
+                    p.copy_(x + step * u)
+                return (head.target_log_probs(hidden + step * directions[0], targets) * v).sum()
+
+        eps = 1e-6
+        numerical = (value(eps) - value(-eps)) / (2 * eps)
+        value(0.0)                      # parameters back to where they were
+        x = hidden.detach().requires_grad_()
+        grads = torch.autograd.grad((head.target_log_probs(x, targets) * v).sum(), [x, *params])
+        analytical = sum((g * u).sum() for g, u in zip(grads, directions))
+        torch.testing.assert_close(analytical, numerical, rtol=1e-6, atol=1e-7)
+
+
+def test_mos_workspace_is_reused_after_backward_and_released_without_grad():
+    head = make_head("mos").train()
+    hidden, targets = hidden_for("mos").requires_grad_(), targets_for()
+    head.target_log_probs(hidden, targets).sum().backward()
+    buffer = head.workspace._free
+    assert buffer is not None and buffer.numel() == T * B * 3 * V   # given back by backward
+    log_p = head.target_log_probs(hidden, targets)
+    assert head.workspace._free is None                              # held by the graph ...
+    log_p.sum().backward()
+    assert head.workspace._free.data_ptr() == buffer.data_ptr()      # ... then the same memory
+    with torch.no_grad():
+        head.target_log_probs(hidden, targets)
+    assert head.workspace._free.data_ptr() == buffer.data_ptr()      # no graph: back at once
+    head.workspace.release()
+    assert head.workspace._free is None
+
+
+def test_mos_two_forwards_before_backward_get_their_own_buffers():
+    head = make_head("mos", dtype=torch.float64).eval()
+    first_targets, second_targets = targets_for(2), targets_for(3)
+    hidden = hidden_for("mos", torch.float64)
+    expected = [grads_of(lambda h, x: gathered(h, x, t), head, hidden)[1]
+                for t in (first_targets, second_targets)]
+    x1 = hidden.detach().requires_grad_()
+    x2 = hidden.detach().requires_grad_()
+    first = head.target_log_probs(x1, first_targets)
+    second = head.target_log_probs(x2, second_targets)
+    weights = torch.rand(T, B, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (second * weights).sum().backward()
+    (first * weights).sum().backward()
+    torch.testing.assert_close(x1.grad, expected[0][0])
+    torch.testing.assert_close(x2.grad, expected[1][0])
+
+
+def test_mos_target_backward_twice_is_an_error_not_a_wrong_gradient():
+    head = make_head("mos").train()
+    hidden = hidden_for("mos").requires_grad_()
+    log_p = head.target_log_probs(hidden, targets_for())
+    log_p.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        log_p.sum().backward()
+
+
 @pytest.mark.parametrize("name", ["mos", "moc"])
 def test_mixture_dropout_is_on_in_training_only(name):
     head = make_head(name, HEADS[name].Options(components=3, dropoutl=0.5))
@@ -134,6 +246,10 @@ def test_extreme_inputs_give_finite_log_probs(name, hidden_scale, weight_scale):
     if out.transformed_logits is not None:
         assert torch.isfinite(out.transformed_logits).all()
     out.log_probs[..., 0].sum().backward()   # and backward runs without error
+    targets = torch.randint(V, (T, B), generator=torch.Generator().manual_seed(0))
+    target_log_probs = head.target_log_probs(hidden_for(name, scale=hidden_scale), targets)
+    assert torch.isfinite(target_log_probs).all()
+    target_log_probs.sum().backward()
 
 
 def test_softmax_is_log_softmax_of_the_tied_logits():

@@ -3,6 +3,8 @@
 A head maps the (dropped) last-layer LSTM output g, shape (T, B, nhidlast), to
 log-probabilities over the vocabulary, shape (T, B, V). Heads that apply a pointwise
 function f to the logits l = W g + b (SS, GSS, PLIF) also return f(l): rank.py needs it.
+Training and perplexity need only the targets' log-probabilities: `target_log_probs` gives
+them, by default from forward(); a head may compute them more cheaply (MoS does).
 
 Heads are configured by a small frozen dataclass of their own options (the keys a
 config file may set under `head:` besides `name`). A head with no options uses
@@ -57,6 +59,14 @@ class OutputHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target) at every position, (T, B): all that the loss and perplexity need.
+
+        The same values as gathering forward()'s log-probabilities (which is what this does);
+        a head whose full (T, B, V) output is costly overrides it (MoS)."""
+        log_probs = self(hidden).log_probs
+        return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
     def extra_param_groups(self) -> list[dict]:
         """Optimizer groups with their own base learning rate, e.g. PLIF's slopes.

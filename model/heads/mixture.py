@@ -14,6 +14,7 @@ W is the embedding matrix (tied), b the decoder bias.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import nn
@@ -95,6 +96,114 @@ def mixture_log_softmax(logits: torch.Tensor, log_prior: torch.Tensor, compiled:
     return log_p.view(*lead, v)
 
 
+class Workspace:
+    """A buffer that one forward takes and its backward gives back, reused step after step.
+
+    The MoS component logits are the largest tensor of a training step (0.5 GB at the PTB
+    shapes). On CPU, glibc returns such a block to the OS when it is freed, and touching a
+    fresh one page-faults it in again: about 0.3 s per step here, as long as a GEMM over it.
+    (CUDA's caching allocator already reuses blocks; the workspace is harmless there.)
+    A forward whose graph is dropped without a backward never gives its buffer back; the
+    next forward then allocates a new one, so misuse costs time, never correctness.
+    """
+
+    def __init__(self):
+        self._free: Optional[torch.Tensor] = None
+
+    def take(self, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+        buffer, self._free = self._free, None
+        if (buffer is None or buffer.numel() < rows * cols or buffer.dtype != like.dtype
+                or buffer.device != like.device):
+            buffer = torch.empty(rows * cols, dtype=like.dtype, device=like.device)
+        return buffer[:rows * cols].view(rows, cols)
+
+    def give_back(self, tensor: torch.Tensor) -> None:
+        self._free = tensor if tensor._base is None else tensor._base
+
+    def release(self) -> None:
+        """Drop the kept buffer (its memory returns to the allocator)."""
+        self._free = None
+
+
+def _logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(logits, dim=-1)
+
+
+def _softmax_gradient_(logits: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor) -> None:
+    """logits <- -weight * softmax(logits) row by row, in place (lse: the rows' logsumexp)."""
+    logits.sub_(lse.unsqueeze(-1)).exp_().mul_(weight.neg().unsqueeze(-1))
+
+
+_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows)
+_SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_)
+
+
+def _target_joint(contexts, weight, bias, log_prior, targets, logits, compiled):
+    """Component logits into `logits` (N*K, V), their row logsumexp (N, K) and
+    joint_k = log pi_k + log softmax_k(l)[y], the log of the mixture's terms for the target y."""
+    n, k, e = contexts.shape
+    # [h | 1] [W | b]^T: the GEMM adds the bias, no separate pass over the logits.
+    with_one = torch.cat([contexts, contexts.new_ones(n, k, 1)], dim=2).view(n * k, e + 1)
+    weight_bias = torch.cat([weight, bias.unsqueeze(1)], dim=1)
+    torch.mm(with_one, weight_bias.t(), out=logits)
+    lse = _LOGSUMEXP_ROWS(logits, compiled=compiled).view(n, k)
+    index = targets.view(n, 1, 1).expand(n, k, 1)
+    target_logits = logits.view(n, k, -1).gather(2, index).squeeze(2)
+    return with_one, lse, log_prior + target_logits - lse
+
+
+class _MixtureTargetLogProb(torch.autograd.Function):
+    """log p(y) = logsumexp_k(log pi_k + l_ky - logsumexp_v l_kv), l_k = W h_k + b, for the
+    target y of each position only.
+
+    The loss needs nothing else, so against forward() + gather this skips the mixed (N, V)
+    log-probabilities: one pass over the (N, K, V) logits forward (their logsumexp) and one
+    backward, which writes the logits' gradient over the logits themselves. With the posterior
+    r_k = exp(joint_k - log p(y)) and the upstream gradient g:
+        d/d log pi_k = g r_k,      d/d l_kv = g r_k ([v = y] - softmax_k(l)_v).
+
+    The logits live in the head's Workspace and the bias rides in the GEMMs as a column of
+    ones, so the step allocates no (N*K, V) tensor at all. Since backward consumes the logits,
+    a second backward through the same graph (retain_graph=True) raises autograd's
+    "modified by an inplace operation" error instead of returning a wrong gradient; use
+    forward() for that.
+    """
+
+    @staticmethod
+    def forward(ctx, contexts, weight, bias, log_prior, targets, workspace, compiled, backward):
+        # backward: whether a backward pass can follow (grad mode on, an input needs grad)
+        n, k, _ = contexts.shape
+        logits = workspace.take(n * k, weight.size(0), like=contexts)
+        with_one, lse, joint = _target_joint(contexts, weight, bias, log_prior, targets, logits,
+                                             compiled)
+        log_p = torch.logsumexp(joint, dim=1)
+        if not backward:             # no graph will hold the logits (evaluation)
+            workspace.give_back(logits)
+            return log_p
+        ctx.save_for_backward(logits, with_one, weight, lse, joint, log_p, targets)
+        ctx.workspace, ctx.compiled = workspace, compiled
+        return log_p
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, with_one, weight, lse, joint, log_p, targets = ctx.saved_tensors
+        n, k = joint.shape
+        e = weight.size(1)
+        weighted_posterior = grad.unsqueeze(1) * torch.exp(joint - log_p.unsqueeze(1))  # (N, K)
+        # The logits are dead after this: their gradient overwrites them.
+        _SOFTMAX_GRADIENT_(logits, lse.view(-1), weighted_posterior.view(-1), compiled=ctx.compiled)
+        index = targets.view(n, 1, 1).expand(n, k, 1)
+        logits.view(n, k, -1).scatter_add_(2, index, weighted_posterior.unsqueeze(2))
+        grad_contexts = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_contexts = torch.mm(logits, weight).view(n, k, e)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            grad_weight_bias = torch.mm(logits.t(), with_one)   # (V, E + 1): bias in the last column
+            grad_weight, grad_bias = grad_weight_bias[:, :e], grad_weight_bias[:, e]
+        ctx.workspace.give_back(logits)
+        return grad_contexts, grad_weight, grad_bias, weighted_posterior, None, None, None, None
+
+
 class _MixtureHead(OutputHead):
     Options = MixtureOptions
     # The contexts h_k have size d_emb whatever nhidlast is.
@@ -119,12 +228,27 @@ class _MixtureHead(OutputHead):
 class MoSHead(_MixtureHead):
     Options = MoSOptions
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.workspace = Workspace()      # the training step's (N*K, V) logits, reused
+
     def forward(self, hidden: torch.Tensor) -> HeadOutput:
         prior_logits, contexts = self.components(hidden)
         log_prior = F.log_softmax(prior_logits, dim=-1)                    # (T, B, K)
         # In log space rather than log(sum_k pi_k p_k): no underflow to log(0) for rare words.
         log_p = mixture_log_softmax(self.decoder(contexts), log_prior, self.options.compile)
         return HeadOutput(log_p, None)
+
+    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        prior_logits, contexts = self.components(hidden)
+        log_prior = F.log_softmax(prior_logits, dim=-1)
+        n, k = targets.numel(), self.options.components
+        inputs = (contexts.reshape(n, k, self.emsize), self.decoder.weight, self.decoder.bias,
+                  log_prior.reshape(n, k))
+        backward = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        log_p = _MixtureTargetLogProb.apply(*inputs, targets.reshape(n), self.workspace,
+                                            self.options.compile, backward)
+        return log_p.view(targets.shape)
 
 
 class MoCHead(_MixtureHead):
