@@ -111,8 +111,11 @@ def test_gradcheck_float64_logits_and_slopes():
     assert torch.autograd.gradcheck(lambda x, v: plif(x, v, BOUND), (x, v))
 
 
+@pytest.mark.parametrize("scatter_chunk", [1 << 22, 64, 999])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_gradients_match_plain_autograd(dtype):
+def test_gradients_match_plain_autograd(dtype, scatter_chunk, monkeypatch):
+    """Also with the slope gradient's scatter split into many chunks (a partial last one)."""
+    monkeypatch.setattr("model.heads.plif._SCATTER_CHUNK", scatter_chunk)
     x = torch.cat([away_from_knots(500, dtype), torch.randn(500, dtype=dtype) * 3]).view(10, 100)
     v = slopes_param(dtype=dtype)
     grad = torch.randn(10, 100, dtype=dtype)

@@ -70,22 +70,24 @@ def _forward_kernel(x: torch.Tensor, slopes: torch.Tensor, offsets: torch.Tensor
     return slopes[i] * _offset_in_bucket(x, i, bound, knots) + offsets[i]
 
 
-def _backward_kernel(x: torch.Tensor, slopes: torch.Tensor, grad: torch.Tensor, bound: float,
-                     slopes_need_grad: bool):
-    """grad * f'(x), and per bucket j: sum of grad * (x - knot_j) and sum of grad."""
-    knots = slopes.shape[0]
+def _input_gradient_kernel(x: torch.Tensor, slopes: torch.Tensor, grad: torch.Tensor,
+                           bound: float) -> torch.Tensor:
+    """grad * f'(x) = grad * s_i."""
+    return grad * slopes[_bucket(x, bound, slopes.shape[0])]
+
+
+def _bucket_pairs_kernel(x: torch.Tensor, grad: torch.Tensor, bound: float, knots: int):
+    """Each logit's bucket i and the pair (grad * (x - knot_i), grad) to be summed per bucket."""
     i = _bucket(x, bound, knots)
-    grad_x = grad * slopes[i]
-    if not slopes_need_grad:
-        return grad_x, None, None
-    weighted = grad * _offset_in_bucket(x, i, bound, knots)
-    in_bucket = torch.zeros_like(slopes).index_add(0, i, weighted)
-    per_bucket = torch.zeros_like(slopes).index_add(0, i, grad)
-    return grad_x, in_bucket, per_bucket
+    return i, torch.stack([grad * _offset_in_bucket(x, i, bound, knots), grad], dim=-1)
 
 
 _FORWARD = FusedKernel(_forward_kernel)
-_BACKWARD = FusedKernel(_backward_kernel)
+_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel)
+_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel)
+# Logits per scatter in backward: bounds the transient (bucket, pair) tensors to 48 MB, and
+# they stay in cache between the kernel that writes them and the scatter that reads them.
+_SCATTER_CHUNK = 1 << 22
 
 
 def _exclusive_cumsum(t: torch.Tensor) -> torch.Tensor:
@@ -98,8 +100,9 @@ class _PLIF(torch.autograd.Function):
 
     d f(x) / d x = s_i. For the slopes, d f(x) / d s_j is (x - knot_i) for j = i, Delta for
     every j < i, and 0 above i. Backward therefore scatter-adds grad * (x - knot_i) and grad
-    into per-bucket sums, adds Delta times the sum of grad over all buckets above j, and
-    multiplies by d s / d v = sigmoid(v). Taking v rather than s as input means the only
+    into per-bucket sums (bucket indices and these pairs are transient, chunk by chunk, never
+    saved), adds Delta times the sum of grad over all buckets above j, and multiplies by
+    d s / d v = sigmoid(v). Taking v rather than s as input means the only
     tensors saved are the logits and v itself (a parameter, stored anyway).
     """
 
@@ -117,11 +120,21 @@ class _PLIF(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         logits, v = ctx.saved_tensors
         v_needs_grad = ctx.needs_input_grad[1]
-        grad_x, in_bucket, per_bucket = _BACKWARD(
-            logits.reshape(-1), F.softplus(v), grad.reshape(-1), ctx.bound, v_needs_grad,
-            compiled=ctx.compiled)
+        x, grad = logits.reshape(-1), grad.reshape(-1)
+        grad_x = _INPUT_GRADIENT(x, F.softplus(v), grad, ctx.bound, compiled=ctx.compiled)
         grad_v = None
         if v_needs_grad:
+            # Both per-bucket sums in one scatter of the pairs read as complex numbers: eager
+            # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
+            # goes through atomic adds and is several times slower on CPU.
+            knots = v.shape[0]
+            sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
+            for start in range(0, x.numel(), _SCATTER_CHUNK):
+                chunk = slice(start, start + _SCATTER_CHUNK)
+                bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], ctx.bound, knots,
+                                              compiled=ctx.compiled)
+                sums.index_add_(0, bucket, torch.view_as_complex(pairs))
+            in_bucket, per_bucket = sums.real, sums.imag
             delta = 2 * ctx.bound / v.shape[0]
             above = _exclusive_cumsum(per_bucket.flip(0)).flip(0)   # sum over buckets > j
             grad_v = (in_bucket + delta * above) * torch.sigmoid(v)
