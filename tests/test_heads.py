@@ -198,6 +198,22 @@ def test_mos_workspace_is_reused_after_backward_and_released_without_grad():
     assert head.workspace._free is None
 
 
+def test_mos_evaluation_never_grows_the_training_workspace():
+    head = make_head("mos").train()
+    targets = targets_for()
+    head.target_log_probs(hidden_for("mos").requires_grad_(), targets).sum().backward()
+    kept = head.workspace._free
+    bigger = hidden_for("mos").repeat(2, 1, 1)                      # twice the positions
+    expected = gathered(head.eval(), bigger, targets.repeat(2, 1))
+    with torch.no_grad():
+        values = head.target_log_probs(bigger, targets.repeat(2, 1))
+    torch.testing.assert_close(values, expected)
+    assert head.workspace._free is kept                             # a temporary was used
+    head.train()
+    head.target_log_probs(bigger.requires_grad_(), targets.repeat(2, 1)).sum().backward()
+    assert head.workspace._free.numel() == 2 * kept.numel()         # training does grow it
+
+
 def test_mos_two_forwards_before_backward_get_their_own_buffers():
     head = make_head("mos", dtype=torch.float64).eval()
     first_targets, second_targets = targets_for(2), targets_for(3)

@@ -110,15 +110,23 @@ class Workspace:
     def __init__(self):
         self._free: Optional[torch.Tensor] = None
 
-    def take(self, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
-        buffer, self._free = self._free, None
-        if (buffer is None or buffer.numel() < rows * cols or buffer.dtype != like.dtype
-                or buffer.device != like.device):
-            buffer = torch.empty(rows * cols, dtype=like.dtype, device=like.device)
-        return buffer[:rows * cols].view(rows, cols)
+    def take(self, rows: int, cols: int, like: torch.Tensor, grow: bool = True) -> torch.Tensor:
+        """A (rows, cols) tensor: the kept buffer if it fits, else a new one. With grow=False
+        (evaluation) a kept buffer that is too small stays kept, so that evaluating with a
+        bigger batch does not leave training holding a bigger buffer than it needs."""
+        numel, buffer = rows * cols, self._free
+        if (buffer is not None and buffer.numel() >= numel and buffer.dtype == like.dtype
+                and buffer.device == like.device):
+            self._free = None
+            return buffer[:numel].view(rows, cols)
+        if grow:
+            self._free = None
+        return torch.empty(numel, dtype=like.dtype, device=like.device).view(rows, cols)
 
     def give_back(self, tensor: torch.Tensor) -> None:
-        self._free = tensor if tensor._base is None else tensor._base
+        """Keep `tensor`'s memory for the next take, unless a buffer is kept already."""
+        if self._free is None:
+            self._free = tensor if tensor._base is None else tensor._base
 
     def release(self) -> None:
         """Drop the kept buffer (its memory returns to the allocator)."""
@@ -173,7 +181,7 @@ class _MixtureTargetLogProb(torch.autograd.Function):
     def forward(ctx, contexts, weight, bias, log_prior, targets, workspace, compiled, backward):
         # backward: whether a backward pass can follow (grad mode on, an input needs grad)
         n, k, _ = contexts.shape
-        logits = workspace.take(n * k, weight.size(0), like=contexts)
+        logits = workspace.take(n * k, weight.size(0), like=contexts, grow=backward)
         with_one, lse, joint = _target_joint(contexts, weight, bias, log_prior, targets, logits,
                                              compiled)
         log_p = torch.logsumexp(joint, dim=1)
