@@ -11,6 +11,9 @@ ss, ...) so that drifts in machine speed hit every head alike; medians are repor
              backward into g, the tied embedding and the head's own parameters. Linear heads
              at batch 20, emsize = nhidlast = 400; MoS/MoC at batch 12, emsize 280, nhidlast 620.
 
+A second Softmax, `softmax-again`, is timed in the same rounds as a control: its ratio to the
+first Softmax is the run's noise floor (on a shared 2-core VM, several percent either way).
+
 Also reported, from one extra step per head: the peak memory of the step above what
 existed before it (CUDA: the allocator's peak; CPU: the profiler's memory timeline), and
 the bytes the step saves for backward per logit (distinct storages seen by
@@ -46,6 +49,9 @@ from model.heads import HEADS  # noqa: E402
 from model.heads.mixture import MixtureOptions, MoSOptions  # noqa: E402
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions  # noqa: E402
 from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions  # noqa: E402
+
+
+CONTROL = "softmax-again"
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,11 @@ def main() -> None:
         parser.error(f"unknown heads {unknown}; known: {', '.join(setups)}")
     if "softmax" not in names:
         names.insert(0, "softmax")   # every ratio is against the Softmax
-    cases = {name: Case(name, *setups[name], device) for name in names}
+    # A second, independent Softmax in the same rounds: its ratio to the first is this run's
+    # noise floor (the same work timed twice), against which the other ratios can be read.
+    head_of = {**{name: name for name in names}, CONTROL: "softmax"}
+    names.append(CONTROL)
+    cases = {name: Case(head_of[name], *setups[head_of[name]], device) for name in names}
 
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"compile {not args.no_compile}, MALLOC_MMAP_THRESHOLD_="
@@ -176,14 +186,14 @@ def main() -> None:
     if not args.head_only:
         corpus = load_corpus("ptb")
         compile_option = [f"head.compile={str(not args.no_compile).lower()}"]
-        full = {name: TrainerStep(f"configs/ptb/{name}.yaml", corpus, device,
-                                  compile_option if "compile" in setups[name][0].__dataclass_fields__ else [])
+        full = {name: TrainerStep(f"configs/ptb/{head_of[name]}.yaml", corpus, device,
+                                  compile_option if "compile" in setups[head_of[name]][0].__dataclass_fields__ else [])
                 for name in names}
         full_times = medians(interleaved_times(full, args.reps, args.warmup, device))
 
     base = cases["softmax"]
     base_saved = saved_bytes_per_logit(base)
-    header = f"{'head':<12} {'head ms':>8} {'x Softmax':>9} {'per token':>9}"
+    header = f"{'head':<15} {'head ms':>8} {'x Softmax':>9} {'per token':>9}"
     if full:
         header += f" {'full ms':>8} {'x Softmax':>9} {'per token':>9}"
     print(header + f" {'head peak MB':>12} {'saved B/logit':>13} {'vs Softmax':>10}")
@@ -191,7 +201,7 @@ def main() -> None:
     for name, case in cases.items():
         ratio = head_times[name] / head_times["softmax"]
         per_token = ratio * base.shape.tokens / case.shape.tokens
-        line = f"{name:<12} {head_times[name] * 1e3:8.1f} {ratio:9.3f} {per_token:9.3f}"
+        line = f"{name:<15} {head_times[name] * 1e3:8.1f} {ratio:9.3f} {per_token:9.3f}"
         row = {"head_step_s": head_times[name], "head_ratio": ratio, "head_ratio_per_token": per_token}
         if full:
             f_ratio = full_times[name] / full_times["softmax"]
