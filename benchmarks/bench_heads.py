@@ -23,9 +23,11 @@ Targets (full step): SS and GSS <= 1.05x Softmax; PLIF (K = 100,000) <= 1.15x; M
 token <= 2.0x Softmax per token; PLIF saves <= 4 bytes per logit more than the Softmax.
 
 On CPU with glibc, a freed tensor larger than 32 MB goes back to the OS and the next one
-page-faults in afresh, which charges every extra (T, B, V) tensor ~40 ms here; CUDA's
-caching allocator has no such cost. MALLOC_MMAP_THRESHOLD_=4294967296 in the environment
-makes glibc reuse freed blocks like CUDA does; the header line says which regime ran.
+page-faults in afresh: every extra (T, B, V) tensor (56 MB) costs ~40 ms here, a fresh
+0.5 GB block 160-230 ms against ~35 ms to fill a reused one, and neither
+MALLOC_MMAP_THRESHOLD_=4294967296 nor MALLOC_MMAP_MAX_=0 with a large MALLOC_TRIM_THRESHOLD_
+removed that cost here. CUDA's caching allocator has no such cost; the MoS head keeps its
+0.5 GB buffer from step to step for this reason.
 """
 from __future__ import annotations
 
@@ -179,8 +181,7 @@ def main() -> None:
     cases = {name: Case(head_of[name], *setups[head_of[name]], device) for name in names}
 
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"compile {not args.no_compile}, MALLOC_MMAP_THRESHOLD_="
-          f"{os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset')}")
+          f"compile {not args.no_compile}")
     head_times = medians(interleaved_times({n: c.step for n, c in cases.items()}, args.reps, args.warmup, device))
     full = {}
     if not args.head_only:
