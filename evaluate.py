@@ -45,9 +45,10 @@ def main(argv=None) -> int:
         return 2
 
     t = run.config.train
+    # best.pt records the epoch it was saved after; last.pt its progress (epoch in progress).
+    where = run.checkpoint.get("progress", run.checkpoint)
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
-               "head": run.config.head_name, "epoch": run.checkpoint.get("epoch"),
-               "step": run.checkpoint.get("step")}
+               "head": run.config.head_name, "epoch": where.get("epoch"), "step": where.get("step")}
     device = next(run.model.parameters()).device
     for split, ids, batch_size in (("val", run.corpus.valid, args.valid_batch_size or t.eval_batch_size),
                                    ("test", run.corpus.test, args.test_batch_size or t.test_batch_size)):
@@ -59,7 +60,8 @@ def main(argv=None) -> int:
         results[f"{split}_ppl"] = perplexity(nll)
         results[f"{split}_batch_size"] = batch_size
 
-    print(f"{run.path}: {results['head']} on {results['dataset']}, epoch {results['epoch']}")
+    print(f"{run.path}: {results['head']} on {results['dataset']}, epoch {results['epoch']}, "
+          f"step {results['step']}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "
           f"test ppl {results['test_ppl']:.2f} (batch {results['test_batch_size']})")
     # Saved beside the checkpoint for the result tables (eval_best.json for best.pt).

@@ -127,6 +127,16 @@ def test_evaluate_reproduces_the_best_validation_and_prints_json(et_run):
     assert result["test_batch_size"] == 1 and result["val_batch_size"] == 2
     assert math.isclose(result["test_ppl"], math.exp(result["test_loss"]))
     assert "test ppl" in proc.stdout
+    best_record = min(metrics(et_run), key=lambda r: r["val_loss"])
+    assert result["epoch"] == best_record["epoch"] and result["step"] > 0
+
+
+def test_evaluate_reports_the_progress_of_last_pt(et_run):
+    proc = cli("evaluate.py", str(et_run / "last.pt"), "--json")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    progress = torch.load(et_run / "last.pt", weights_only=True)["progress"]
+    assert (result["epoch"], result["step"]) == (progress["epoch"], progress["step"])
+    assert f"step {progress['step']}" in proc.stdout
 
 
 def make_trainer(ptb_slice, tmp_path, *overrides):
