@@ -34,7 +34,7 @@ from experiment.averaged_sgd import AveragedSGD
 from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import select_device
+from experiment.loading import select_device, set_float32_precision
 from model import build_model, count_parameters
 
 
@@ -393,6 +393,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    set_float32_precision(config.run.tf32)
     torch.manual_seed(config.train.seed)
     model = build_model(config, corpus.vocab_size)
     if args.dry_run:

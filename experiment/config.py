@@ -103,6 +103,7 @@ class RunConfig:
     checkpoint_every_steps: Optional[int] = None  # also save last.pt every N steps
     log_interval: int = 200                     # steps between progress-bar loss updates
     tensorboard: bool = True
+    tf32: bool = False                          # TensorFloat-32 in cuDNN LSTMs / matmuls (GPUs)
 
     def __post_init__(self):
         for name in ("max_steps", "checkpoint_every_steps", "log_interval"):

@@ -365,3 +365,27 @@ def test_finetune_starts_from_the_best_model_with_asgd_and_stops_when_not_improv
     moved = torch.load(tmp_path / "f1" / "last.pt", weights_only=True)["model"]
     start_diff = (moved["body.encoder.weight"] - best["body.encoder.weight"]).abs().max()
     assert 0 < start_diff < 0.5
+
+
+@pytest.fixture
+def restore_float32_flags():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_run_tf32_sets_the_cudnn_and_matmul_precision(tf32, ptb_slice, tmp_path, tiny_overrides,
+                                                      restore_float32_flags):
+    """PyTorch's default lets cuDNN LSTMs use TF32; runs are float32 unless asked."""
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = not tf32
+    overrides = [f"run.tf32={str(tf32).lower()}"] if tf32 else []
+    assert train.main([PTB, *tiny_overrides, *overrides, "--dry-run", f"run.dir={tmp_path}"]) == 0
+    assert torch.backends.cudnn.allow_tf32 is tf32 and torch.backends.cuda.matmul.allow_tf32 is tf32
+
+
+def test_loaded_models_are_evaluated_in_float32(tiny_run, restore_float32_flags):
+    from experiment.loading import load_trained
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    load_trained(tiny_run, torch.device("cpu"))
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
