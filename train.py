@@ -9,7 +9,8 @@
 One optimizer step:
   1. draw seq_len (variable BPTT) and scale every param group's lr by seq_len / bptt;
   2. for each column chunk of `small_batch_size` sequences (gradient accumulation): forward
-     from that chunk's carried (detached) hidden state, loss = NLL + AR + TAR, backward;
+     from that chunk's carried (detached) hidden state, loss = NLL + AR + TAR, backward
+     (each chunk is its own forward, so it draws its own dropout masks, as in the MoS code);
   3. stop on a non-finite loss, clip the global gradient norm, take the SGD / ASGD step.
 One epoch: steps over the whole training stream, then validation (on the averaged weights
 once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last.pt.
