@@ -10,6 +10,10 @@ Both compute, from g (T, B, nhidlast), a prior over K components and K context v
     MoC:  log p = log_softmax(W (sum_k pi_k h_k) + b)
 
 W is the embedding matrix (tied), b the decoder bias.
+
+MoS has two fused paths: forward() returns the full mixed log-probabilities (rank.py, top-5),
+and target_log_probs(), which training and perplexity use, computes log p(target) alone
+without ever forming the mixed (T, B, V) output.
 """
 from __future__ import annotations
 
@@ -236,8 +240,9 @@ class _MixtureHead(OutputHead):
 class MoSHead(_MixtureHead):
     Options = MoSOptions
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
+                 tied_weight: nn.Parameter):
+        super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
         self.workspace = Workspace()      # the training step's (N*K, V) logits, reused
 
     def forward(self, hidden: torch.Tensor) -> HeadOutput:
