@@ -105,7 +105,7 @@ class Workspace:
 
     The MoS component logits are the largest tensor of a training step (0.5 GB at the PTB
     shapes). On CPU, glibc returns such a block to the OS when it is freed, and touching a
-    fresh one page-faults it in again: about 0.3 s per step here, as long as a GEMM over it.
+    fresh one page-faults it in again: 0.2-0.3 s per step here, most of a GEMM over it.
     (CUDA's caching allocator already reuses blocks; the workspace is harmless there.)
     A forward whose graph is dropped without a backward never gives its buffer back; the
     next forward then allocates a new one, so misuse costs time, never correctness.
@@ -150,20 +150,6 @@ _LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows)
 _SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_)
 
 
-def _target_joint(contexts, weight, bias, log_prior, targets, logits, compiled):
-    """Component logits into `logits` (N*K, V), their row logsumexp (N, K) and
-    joint_k = log pi_k + log softmax_k(l)[y], the log of the mixture's terms for the target y."""
-    n, k, e = contexts.shape
-    # [h | 1] [W | b]^T: the GEMM adds the bias, no separate pass over the logits.
-    with_one = torch.cat([contexts, contexts.new_ones(n, k, 1)], dim=2).view(n * k, e + 1)
-    weight_bias = torch.cat([weight, bias.unsqueeze(1)], dim=1)
-    torch.mm(with_one, weight_bias.t(), out=logits)
-    lse = _LOGSUMEXP_ROWS(logits, compiled=compiled).view(n, k)
-    index = targets.view(n, 1, 1).expand(n, k, 1)
-    target_logits = logits.view(n, k, -1).gather(2, index).squeeze(2)
-    return with_one, lse, log_prior + target_logits - lse
-
-
 class _MixtureTargetLogProb(torch.autograd.Function):
     """log p(y) = logsumexp_k(log pi_k + l_ky - logsumexp_v l_kv), l_k = W h_k + b, for the
     target y of each position only.
@@ -184,27 +170,31 @@ class _MixtureTargetLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, contexts, weight, bias, log_prior, targets, workspace, compiled, backward):
         # backward: whether a backward pass can follow (grad mode on, an input needs grad)
-        n, k, _ = contexts.shape
+        n, k, e = contexts.shape
         logits = workspace.take(n * k, weight.size(0), like=contexts, grow=backward)
-        with_one, lse, joint = _target_joint(contexts, weight, bias, log_prior, targets, logits,
-                                             compiled)
+        # [h | 1] [W | b]^T: the GEMM adds the bias, no separate pass over the logits.
+        with_one = torch.cat([contexts, contexts.new_ones(n, k, 1)], dim=2).view(n * k, e + 1)
+        torch.mm(with_one, torch.cat([weight, bias.unsqueeze(1)], dim=1).t(), out=logits)
+        lse = _LOGSUMEXP_ROWS(logits, compiled=compiled).view(n, k)
+        index = targets.view(n, 1, 1).expand(n, k, 1)              # the target, per component
+        # joint_k = log pi_k + log softmax_k(l)[y]: the log of the mixture's terms for y
+        joint = log_prior + logits.view(n, k, -1).gather(2, index).squeeze(2) - lse
         log_p = torch.logsumexp(joint, dim=1)
         if not backward:             # no graph will hold the logits (evaluation)
             workspace.give_back(logits)
             return log_p
-        ctx.save_for_backward(logits, with_one, weight, lse, joint, log_p, targets)
+        ctx.save_for_backward(logits, with_one, weight, lse, joint, log_p, index)
         ctx.workspace, ctx.compiled = workspace, compiled
         return log_p
 
     @staticmethod
     def backward(ctx, grad):
-        logits, with_one, weight, lse, joint, log_p, targets = ctx.saved_tensors
+        logits, with_one, weight, lse, joint, log_p, index = ctx.saved_tensors
         n, k = joint.shape
         e = weight.size(1)
         weighted_posterior = grad.unsqueeze(1) * torch.exp(joint - log_p.unsqueeze(1))  # (N, K)
         # The logits are dead after this: their gradient overwrites them.
         _SOFTMAX_GRADIENT_(logits, lse.view(-1), weighted_posterior.view(-1), compiled=ctx.compiled)
-        index = targets.view(n, 1, 1).expand(n, k, 1)
         logits.view(n, k, -1).scatter_add_(2, index, weighted_posterior.unsqueeze(2))
         grad_contexts = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
