@@ -44,6 +44,7 @@ class PublishedRow:
     test_ppl: Stat | None = None
     p_value: float | None = None      # t-test of test ppl against the table's baseline row
     press_rank: Stat | None = None
+    source: str = ""                  # where in [SB] the numbers are printed
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def same_value(a, b) -> bool:
     """Config values compare as numbers when both are (0.29 from YAML equals 0.29 here)."""
     numbers = (int, float)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return math.isclose(a, b, rel_tol=1e-9)          # relative: c values go down to 1e-32
     return a == b
 
 
@@ -94,44 +95,45 @@ TABLE2 = PublishedTable(
          "one ET-ASGD run, [SB] SM Tables 10/11.",
     rows=(
         PublishedRow("Softmax", "ptb", "softmax", ET, "24.22M", 55, pm(33.91, 0.25), pm(59.55, 0.12),
-                     pm(57.08, 0.09), None, pm(402, 0)),
+                     pm(57.08, 0.09), None, pm(402, 0), source="Table 2"),
         PublishedRow("SS", "ptb", "ss", ET, "24.22M", 57, pm(32.87, 0.19), pm(59.69, 0.15),
-                     pm(57.05, 0.15), 3.92e-1, pm(5113, 85)),
+                     pm(57.05, 0.15), 3.92e-1, pm(5113, 85), source="Table 2"),
         PublishedRow("GSS", "ptb", "gss", ET, "24.22M", 58, pm(33.68, 0.32), pm(59.51, 0.13),
-                     pm(57.00, 0.14), 2.62e-1, pm(8904, 57)),
+                     pm(57.00, 0.14), 2.62e-1, pm(8904, 57), source="Table 2"),
         PublishedRow("LMS-PLIF", "ptb", "plif", ET, "24.32M", 59, pm(36.67, 0.30), pm(59.08, 0.09),
-                     pm(56.80, 0.11), 1.91e-5, pm(496, 83)),
+                     pm(56.80, 0.11), 1.91e-5, pm(496, 83), source="Table 2"),
         PublishedRow("LMS-PLIF†", "ptb", "plif_frozen", ET, None, None, pm(37.16, 0.24), pm(59.23, 0.11),
-                     pm(56.83, 0.10)),
+                     pm(56.83, 0.10), source="Table 3"),
         PublishedRow("MoS", "ptb", "mos", ET, "21.50M", 100, pm(31.84, 0.23), pm(57.14, 0.26),
-                     pm(54.91, 0.26), 2.02e-15, pm(9981, 2)),
+                     pm(54.91, 0.26), 2.02e-15, pm(9981, 2), source="Table 2"),
         PublishedRow("MoC", "ptb", "moc", ET, "21.50M", None, pm(31.37), pm(58.38), pm(55.81), None,
-                     pm(282)),
+                     pm(282), source="SM Table 10"),
         PublishedRow("Softmax", "wikitext-2", "softmax", ET, "33.55M", 72, pm(39.32, 0.14),
-                     pm(67.57, 0.14), pm(64.63, 0.08), None, pm(402, 0)),
+                     pm(67.57, 0.14), pm(64.63, 0.08), None, pm(402, 0), source="Table 2"),
         PublishedRow("SS", "wikitext-2", "ss", ET, "33.55M", 83, pm(39.29, 0.17), pm(67.28, 0.16),
-                     pm(64.35, 0.17), 3.46e-4, pm(6634, 46)),
+                     pm(64.35, 0.17), 3.46e-4, pm(6634, 46), source="Table 2"),
         PublishedRow("GSS", "wikitext-2", "gss", ET, "33.55M", 87, pm(39.42, 0.41), pm(67.35, 0.22),
-                     pm(64.50, 0.13), 2.74e-2, pm(10122, 72)),
+                     pm(64.50, 0.13), 2.74e-2, pm(10122, 72), source="Table 2"),
         PublishedRow("LMS-PLIF", "wikitext-2", "plif", ET, "33.65M", 93, pm(41.13, 0.15),
-                     pm(67.15, 0.21), pm(64.16, 0.17), 2.98e-7, pm(524, 74)),
+                     pm(67.15, 0.21), pm(64.16, 0.17), 2.98e-7, pm(524, 74), source="Table 2"),
         PublishedRow("LMS-PLIF†", "wikitext-2", "plif_frozen", ET, None, None, pm(41.67, 0.15),
-                     pm(67.22, 0.13), pm(64.28, 0.17)),
+                     pm(67.22, 0.13), pm(64.28, 0.17), source="Table 3"),
         PublishedRow("MoS", "wikitext-2", "mos", ET, "34.90M", 600, pm(36.17, 0.30), pm(64.54, 0.36),
-                     pm(61.96, 0.40), 2.04e-13, pm(15734, 188)),
+                     pm(61.96, 0.40), 2.04e-13, pm(15734, 188), source="Table 2"),
         PublishedRow("MoC", "wikitext-2", "moc", ET, "34.90M", None, pm(37.23), pm(68.19), pm(65.83),
-                     None, pm(302)),
+                     None, pm(302), source="SM Table 11"),
     ),
 )
 
 # ---------------------------------------------------------------- [SB] SM Tables 10 and 11
 
-def _nt_et_rows(dataset: str, params: dict, numbers: dict) -> tuple[PublishedRow, ...]:
+def _nt_et_rows(dataset: str, source: str, params: dict, numbers: dict) -> tuple[PublishedRow, ...]:
     rows = []
     for trigger, setting in (("nt", NT), ("et", ET)):
         for head, (train, val, test, rank) in numbers[trigger].items():
-            rows.append(PublishedRow(f"{head_label(head)}, {trigger.upper()}-ASGD", dataset, head, setting, params[head],
-                                     None, pm(train), pm(val), pm(test), None, pm(rank)))
+            rows.append(PublishedRow(f"{head_label(head)}, {trigger.upper()}-ASGD", dataset, head, setting,
+                                     params[head], None, pm(train), pm(val), pm(test), None, pm(rank),
+                                     source=source))
     return tuple(rows)
 
 
@@ -146,14 +148,14 @@ SM_TABLES_10_11 = PublishedTable(
     group_by=("train.asgd_trigger",),
     columns=("params", "train_ppl", "val_ppl", "test_ppl", "press_rank", "runs"),
     note="[SB]: one run per row.",
-    rows=_nt_et_rows("ptb", _PTB_PARAMS, {     # SM Table 10: train, valid, test ppl, Press rank
+    rows=_nt_et_rows("ptb", "SM Table 10", _PTB_PARAMS, {     # train, valid, test ppl, Press rank
         "nt": {"softmax": (34.05, 60.35, 58.07, 402), "ss": (33.68, 60.45, 57.75, 4906),
                "gss": (34.24, 59.95, 57.60, 8276), "plif": (37.19, 60.86, 58.45, 510),
                "mos": (33.08, 58.21, 56.07, 9979), "moc": (33.73, 59.84, 57.40, 282)},
         "et": {"softmax": (34.03, 59.48, 57.10, 402), "ss": (32.83, 59.95, 57.16, 4979),
                "gss": (34.21, 59.37, 56.78, 8989), "plif": (37.07, 59.08, 56.67, 580),
                "mos": (31.62, 57.12, 55.11, 9983), "moc": (31.37, 58.38, 55.81, 282)},
-    }) + _nt_et_rows("wikitext-2", _WT2_PARAMS, {   # SM Table 11
+    }) + _nt_et_rows("wikitext-2", "SM Table 11", _WT2_PARAMS, {
         "nt": {"softmax": (39.07, 68.35, 65.28, 402), "ss": (39.21, 67.84, 65.08, 5879),
                "gss": (39.05, 67.72, 65.07, 9130), "plif": (41.11, 68.54, 65.59, 479),
                "mos": (35.92, 65.93, 63.06, 13215), "moc": (37.21, 69.08, 66.42, 302)},
@@ -176,11 +178,11 @@ TABLE5 = PublishedTable(
          "ASGD trigger these runs used.",
     rows=(
         PublishedRow("MoS†", "ptb", "mos", {"model.emsize": 280, "model.nhidlast": 280}, "17.53M",
-                     None, pm(42.45, 1.03), pm(58.53, 0.17), pm(56.39, 0.19), 0.62),
+                     None, pm(42.45, 1.03), pm(58.53, 0.17), pm(56.39, 0.19), 0.62, source="Table 5"),
         PublishedRow("Softmax†", "ptb", "softmax", {"model.emsize": 280, "model.nhidlast": 280},
-                     "16.35M"),
+                     "16.35M", source="p. 7"),
         PublishedRow("Softmax‡", "ptb", "softmax", {"model.emsize": 340, "model.nhidlast": 340},
-                     "17.56M", None, pm(40.87, 0.18), pm(58.61, 0.10), pm(56.45, 0.10)),
+                     "17.56M", None, pm(40.87, 0.18), pm(58.61, 0.10), pm(56.45, 0.10), source="Table 5"),
     ),
 )
 
@@ -192,10 +194,10 @@ _MOS_NOTE = ("[SB]: one NT-ASGD run per row (the K = 15, dropoutl = 0.29 row is 
              "SM Tables 10/11); rows trained with another trigger have no published counterpart.")
 
 
-def _mos_row(label, dataset, components, dropoutl, params, train, test, rank) -> PublishedRow:
+def _mos_row(source, label, dataset, components, dropoutl, params, train, test, rank) -> PublishedRow:
     setting = {"head.components": components, "head.dropoutl": dropoutl, **NT}
     return PublishedRow(label, dataset, "mos", setting, params, None, pm(train), None, pm(test),
-                        None, pm(rank))
+                        None, pm(rank), source=source)
 
 
 SM_TABLES_4_5 = PublishedTable(
@@ -204,12 +206,12 @@ SM_TABLES_4_5 = PublishedTable(
     group_by=("head.components", "head.dropoutl", "train.asgd_trigger"),
     columns=("params", "train_ppl", "test_ppl", "press_rank", "runs"),
     note=_MOS_NOTE,
-    rows=tuple(_mos_row(f"K = {k}", "ptb", k, 0.29, params, train, test, rank)
+    rows=tuple(_mos_row("SM Table 4", f"K = {k}", "ptb", k, 0.29, params, train, test, rank)
                for k, params, train, test, rank in (
                    (1, "19.05M", 56.42, 64.50, 282), (3, "19.40M", 41.77, 59.25, 5575),
                    (5, "19.75M", 38.09, 58.38, 8057), (10, "20.62M", 35.48, 56.21, 9976),
                    (15, "21.50M", 33.08, 56.07, 9979), (20, "22.37M", 32.19, 56.19, 9980)))
-    + tuple(_mos_row(f"K = {k}", "wikitext-2", k, 0.29, params, train, test, rank)
+    + tuple(_mos_row("SM Table 5", f"K = {k}", "wikitext-2", k, 0.29, params, train, test, rank)
             for k, params, train, test, rank in (
                 (10, "33.92M", 36.94, 63.62, 12198), (15, "34.90M", 35.92, 63.06, 13229),
                 (20, "35.88M", 35.35, 62.76, 13998))),
@@ -221,7 +223,7 @@ SM_TABLE12 = PublishedTable(
     group_by=("head.components", "head.dropoutl", "train.asgd_trigger"),
     columns=("train_ppl", "test_ppl", "press_rank", "runs"),
     note=_MOS_NOTE,
-    rows=tuple(_mos_row(f"dropoutl = {p:g}", dataset, 15, p, None, train, test, rank)
+    rows=tuple(_mos_row("SM Table 12", f"dropoutl = {p:g}", dataset, 15, p, None, train, test, rank)
                for dataset, p, train, test, rank in (
                    ("ptb", 0.29, 33.08, 56.07, 9979), ("ptb", 0.145, 29.21, 59.09, 9985),
                    ("ptb", 0.0, 23.81, 64.82, 9992), ("wikitext-2", 0.29, 39.11, 63.06, 13215),

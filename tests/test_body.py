@@ -210,21 +210,21 @@ class TestEmbeddingNoise:
         assert torch.equal(out, x)
         assert torch.equal(torch.get_rng_state(), state_after)
 
-    @staticmethod
-    def first_lstm_input(body, ids):
-        """The tensor the first LSTM receives: the embedding after all its regularisers."""
+    def first_lstm_input(self, dropouti: float, dropoute: float):
+        """(body, ids, the tensor its first LSTM receives: the embedding after all its regularisers)
+        for a noisy body with only the given embedding dropouts; the forward ran from seed 3."""
+        torch.manual_seed(0)
+        body = AWDLSTMBody(40, 8, 12, 8, 3, 0, 0, dropouti, dropoute, 0, emb_noise=self.SIGMA).train()
+        ids = torch.randint(0, 40, (20, 4))
         seen = []
         handle = body.rnns[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+        torch.manual_seed(3)
         body(ids, body.init_hidden(ids.size(1)))
         handle.remove()
-        return seen[0]
+        return body, ids, seen[0]
 
     def test_after_embedding_dropout_dropped_words_get_pure_noise(self):
-        torch.manual_seed(0)
-        body = AWDLSTMBody(40, 8, 12, 8, 3, 0, 0, 0, 0.5, 0, emb_noise=self.SIGMA).train()
-        ids = torch.randint(0, 40, (20, 4))
-        torch.manual_seed(3)
-        x = self.first_lstm_input(body, ids)
+        body, ids, x = self.first_lstm_input(dropouti=0, dropoute=0.5)
         torch.manual_seed(3)                 # replay: word mask first, then the noise
         dropped = embedding_dropout(ids, body.encoder.weight, 0.5, True)
         noise = torch.randn_like(dropped) * self.SIGMA
@@ -235,11 +235,7 @@ class TestEmbeddingNoise:
         assert (x[gone] != 0).all()
 
     def test_before_dropouti_so_the_locked_mask_zeroes_noise_too(self):
-        torch.manual_seed(0)
-        body = AWDLSTMBody(40, 8, 12, 8, 3, 0, 0, 0.5, 0, 0, emb_noise=self.SIGMA).train()
-        ids = torch.randint(0, 40, (20, 4))
-        torch.manual_seed(3)
-        x = self.first_lstm_input(body, ids)
+        body, ids, x = self.first_lstm_input(dropouti=0.5, dropoute=0)
         torch.manual_seed(3)                 # replay: noise first, then the locked mask
         emb = F.embedding(ids, body.encoder.weight)
         noise = torch.randn_like(emb) * self.SIGMA
