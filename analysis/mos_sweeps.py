@@ -98,15 +98,32 @@ def paper_points(dataset: str, name: str) -> tuple[list[Point], str]:
     return sweep([paper_point(row) for row in rows], name), rows[0].source if rows else ""
 
 
-def triggers(points: Sequence[Point]) -> list[str | None]:
-    return list(dict.fromkeys(p.trigger for p in points))
-
-
 def measured_label(trigger: str | None, points: Sequence[Point]) -> str:
     runs = sorted({p.runs for p in points})
     runs_text = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
     trigger_text = f"{trigger.upper()}-ASGD" if trigger else "trigger unknown"
     return f"measured ({trigger_text}, mean of {runs_text} run{'s' if runs != [1] else ''})"
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: list[Point]
+    linestyle: str
+    hollow: bool                  # the paper's points are drawn hollow
+
+
+def all_series(points: Sequence[Point], dataset: str, name: str) -> list[Series]:
+    """The measured points of a sweep, one series per ASGD trigger, then [SB]'s."""
+    chosen = sweep(points, name)
+    series = []
+    for trigger, linestyle in zip(dict.fromkeys(p.trigger for p in chosen), ("-", "-.", ":")):
+        group = [p for p in chosen if p.trigger == trigger]
+        series.append(Series(measured_label(trigger, group), group, linestyle, False))
+    reference, source = paper_points(dataset, name)
+    if reference:
+        series.append(Series(f"[SB] {source} (NT-ASGD)", reference, "--", True))
+    return series
 
 
 def plotted(points: Sequence[Point], x: str, y: str) -> list[Point]:
@@ -120,24 +137,20 @@ def plot_capacity(points: dict[str, list[Point]], path: Path) -> None:
     fig, axes = plt.subplots(len(points), 1, figsize=(10, 6.4 * len(points)), squeeze=False)
     for ax, (dataset, dataset_points) in zip(axes[:, 0], points.items()):
         twin = ax.twinx()
-        reference, source = paper_points(dataset, "components")
-        series = [(measured_label(t, [p for p in sweep(dataset_points, "components") if p.trigger == t]),
-                   [p for p in sweep(dataset_points, "components") if p.trigger == t], "-", None)
-                  for t in triggers(dataset_points)]
-        if reference:
-            series.append((f"[SB] {source} (NT-ASGD)", reference, "--", "none"))
-        for number, (label, chosen, style, face) in enumerate(series):
-            for name, marker, colour, axis in (("train_ppl", "o", "tab:blue", ax), ("test_ppl", "s", "tab:red", ax),
-                                               ("params", "^", "0.35", twin)):
-                shown = plotted(chosen, "components", name)
-                what = {"train_ppl": "train ppl", "test_ppl": "test ppl", "params": "parameters"}[name]
-                axis.plot([p.components for p in shown], [getattr(p, name) for p in shown], style,
-                          marker=marker, color=colour, markerfacecolor=face, label=f"{what}, {label}")
+        series = all_series(dataset_points, dataset, "components")
+        for one in series:
+            for name, what, marker, colour, axis in (("train_ppl", "train ppl", "o", "tab:blue", ax),
+                                                     ("test_ppl", "test ppl", "s", "tab:red", ax),
+                                                     ("params", "parameters", "^", "0.35", twin)):
+                shown = plotted(one.points, "components", name)
+                axis.plot([p.components for p in shown], [getattr(p, name) for p in shown], one.linestyle,
+                          marker=marker, color=colour, markerfacecolor="none" if one.hollow else colour,
+                          label=f"{what}, {one.label}")
         ax.set(title=f"{head_label('mos')} on {dataset_label(dataset)}: capacity and perplexity against K "
                      f"(dropoutl {BASE_DROPOUTL})",
                xlabel="mixture components K", ylabel="perplexity")
         twin.set_ylabel("parameters (millions)")
-        ax.set_xticks(sorted({p.components for p in dataset_points} | {p.components for p in reference}))
+        ax.set_xticks(sorted({p.components for one in series for p in one.points}))
         handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
         ax.legend(handles, [h.get_label() for h in handles], fontsize="small", ncol=2,
                   loc="upper center", bbox_to_anchor=(0.5, -0.12))       # below the axes, off the lines
@@ -156,21 +169,16 @@ def plot_rank(points: dict[str, list[Point]], path: Path) -> None:
     fig, axes = plt.subplots(len(points), 2, figsize=(13, 5.2 * len(points)), squeeze=False)
     for axes_row, (dataset, dataset_points) in zip(axes, points.items()):
         for ax, (name, title) in zip(axes_row, PANELS):
-            chosen = sweep(dataset_points, name)
-            reference, source = paper_points(dataset, name)
-            series = [(measured_label(t, [p for p in chosen if p.trigger == t]),
-                       [p for p in chosen if p.trigger == t], "-", None, colour)
-                      for t, colour in zip(triggers(chosen), ("tab:blue", "tab:green", "tab:purple"))]
-            if reference:
-                series.append((f"[SB] {source} (NT-ASGD)", reference, "--", "none", "tab:red"))
-            for label, series_points, style, face, colour in series:
-                shown = plotted(series_points, "press_rank", "test_ppl")
-                ax.plot([p.press_rank for p in shown], [p.test_ppl for p in shown], style, marker="o",
-                        color=colour, markerfacecolor=face, label=label)
+            series = all_series(dataset_points, dataset, name)
+            for one, colour in zip(series, ("tab:blue", "tab:green", "tab:purple", "tab:orange")):
+                colour = "tab:red" if one.hollow else colour
+                shown = plotted(one.points, "press_rank", "test_ppl")
+                ax.plot([p.press_rank for p in shown], [p.test_ppl for p in shown], one.linestyle, marker="o",
+                        color=colour, markerfacecolor="none" if one.hollow else colour, label=one.label)
                 for p in shown:
                     ax.annotate(p.label(name), (p.press_rank, p.test_ppl), textcoords="offset points",
                                 xytext=(5, 4), fontsize="x-small", color=colour)
-            if not chosen:
+            if all(one.hollow for one in series):
                 ax.text(0.5, 0.5, "no measured runs in this sweep", transform=ax.transAxes,
                         ha="center", color="0.4")
             ax.margins(x=0.12, y=0.08)            # room for the labels of the outer points

@@ -212,10 +212,8 @@ def format_p(p: float | None) -> str:
     return "—" if math.isnan(p) else f"{p:.2e}"
 
 
-def format_stat(stat: Stat | None, rank: bool = False) -> str:
+def format_stat(stat: Stat, rank: bool = False) -> str:
     """A published mean (± std) as the paper prints it: ranks with thousands separators."""
-    if stat is None:
-        return "—"
     text = (lambda v: f"{v:,.0f}") if rank else (lambda v: f"{v:.2f}")
     return text(stat.mean) + ("" if stat.std is None else f" ± {text(stat.std)}")
 
@@ -226,25 +224,22 @@ def format_seconds(seconds: float | None) -> str:
 
 @dataclass(frozen=True)
 class Column:
+    """A table column: its title, the cell of a row of runs and, for a column [SB] prints, how to
+    print the paper's value (the PublishedRow attribute of the column's name)."""
     title: str
     measured: Callable[[Row], str]
-    paper: Callable[[PublishedRow], str | None] = lambda published: None
+    paper: Callable[[object], str] | None = None
 
 
 COLUMNS = {
-    "params": Column("#Params", lambda row: format_params(row.values("params")),
-                     lambda published: published.params),
+    "params": Column("#Params", lambda row: format_params(row.values("params")), str),
     "seconds": Column("Time (s/epoch)", lambda row: format_seconds(row.seconds_per_epoch()),
-                      lambda published: None if published.seconds is None else f"~{published.seconds:g}"),
-    **{name: Column(title, lambda row, name=name: format_ppl(row.values(name), len(row.runs)),
-                    lambda published, name=name: (None if getattr(published, name) is None
-                                                  else format_stat(getattr(published, name))))
+                      lambda seconds: f"~{seconds:g}"),
+    **{name: Column(title, lambda row, name=name: format_ppl(row.values(name), len(row.runs)), format_stat)
        for name, title in PPL_COLUMNS},
-    "p_value": Column("p-value", lambda row: format_p(row.p_value),
-                      lambda published: None if published.p_value is None else format_p(published.p_value)),
+    "p_value": Column("p-value", lambda row: format_p(row.p_value), format_p),
     "press_rank": Column("Press rank", lambda row: format_rank(row.values("press_rank"), len(row.runs)),
-                         lambda published: (None if published.press_rank is None
-                                            else format_stat(published.press_rank, rank=True))),
+                         lambda stat: format_stat(stat, rank=True)),
     "runs": Column("Runs", lambda row: str(len(row.runs))),
 }
 TABLE2_COLUMNS = ("params", "seconds", "train_ppl", "val_ppl", "test_ppl", "p_value", "press_rank", "runs")
@@ -270,12 +265,13 @@ class Table:
             header.append(title)
             for line, row in zip(cells, rows):
                 line.append(column.measured(row))
-            paper = [column.paper(row.published) if row.published else None for row in rows]
+            paper = [getattr(row.published, name, None) if column.paper and row.published else None
+                     for row in rows]
             if any(value is not None for value in paper):
                 header.append(f"[SB] {title}")
                 for line, row, value in zip(cells, rows, paper):
                     is_baseline = name == "p_value" and row.published and row.label == self.baseline
-                    line.append("N/A" if is_baseline else value or "—")
+                    line.append("N/A" if is_baseline else "—" if value is None else column.paper(value))
         return header, cells
 
     def markdown(self) -> str:
@@ -309,8 +305,10 @@ class Table:
 
 
 # The published numbers in the CSV: statistics as mean and std, the rest as printed.
-PAPER_CSV_FIELDS = ("params", "seconds", *[f"{name}_{part}" for name in (*(n for n, _ in PPL_COLUMNS), "press_rank")
-                                           for part in ("mean", "std")], "p_value")
+PAPER_CSV_FIELDS = ("params", "seconds",
+                    *[f"{name}_{part}" for name in ("train_ppl", "val_ppl", "test_ppl", "press_rank")
+                      for part in ("mean", "std")],
+                    "p_value")
 
 
 def paper_csv_values(published: PublishedRow | None) -> list:

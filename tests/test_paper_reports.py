@@ -117,6 +117,25 @@ def test_mos_components_table_matches_trigger_and_k(tmp_path):
     assert table_line(markdown, et)[2] == "—"                      # no NT-ASGD number for an ET run
 
 
+def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
+    root = tmp_path / "runs"
+    for head, ppls in (("softmax", [57.0, 57.2]), ("ss", [56.9, 57.0, 57.1])):
+        for seed, ppl in enumerate(ppls, 1):
+            fake_run(root, f"{head}-{seed}", "ptb", head, seed, test_ppl=ppl, press_rank=402,
+                     config={"train": {"asgd_trigger": "et"}})
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    header = table_line(markdown, "Model")
+    assert [h for h in header if not h.startswith("[SB]")] == [
+        "Model", "#Params", "Time (s/epoch)", "Train ppl", "Validation ppl", "Test ppl",
+        "p-value (vs Softmax)", "Press rank", "Runs"]
+    ss = dict(zip(header, table_line(markdown, "SS")))
+    assert ss["[SB] Time (s/epoch)"] == "~57" and ss["[SB] Press rank"] == "5,113 ± 85"
+    assert ss["[SB] p-value (vs Softmax)"] == "3.92e-01"
+    assert ss["p-value (vs Softmax)"] == f"{stats.ttest_ind([56.9, 57.0, 57.1], [57.0, 57.2]).pvalue:.2e}"
+    assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
+
+
 def test_paper_table_refuses_another_baseline(table5_runs, tmp_path, capsys):
     assert report.main(["table", str(table5_runs), "--paper", "table5", "--baseline", "mos",
                         "--out", str(tmp_path / "t")]) == 2
