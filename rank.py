@@ -3,6 +3,7 @@
     python rank.py runs/ptb-softmax-seed141                       # test set, all contexts, float32
     python rank.py runs/wt2-mos-seed1881 --contexts 33320 --json  # the first 33,320 contexts, as [SB]
     python rank.py --plot runs/a runs/b --out spectra.png         # overlay saved test spectra
+    python rank.py runs/ptb-mos-seed28 --robustness               # [SB] SM Tables 14-16 (below)
 
 The model runs in eval mode over the split at batch size 1 in bptt chunks, exactly as
 evaluation does; every context contributes one row of log-probabilities over the whole
@@ -11,6 +12,12 @@ a running QR factorisation (spectrum/), so memory is O(V^2) whatever the number 
 and the singular values are those of the exact R factor (a full SVD, never A^T A).
 
 Writes beside the checkpoint: rank_<split>.json and singular_values_<split>_{logp,transformed}.npy.
+
+--robustness runs [SB] SM section 5's Algorithms 1 and 2 (spectrum/robustness.py) instead: they
+need U and V, so the log-P rows of the first --contexts contexts (default 10,000, as [SB]) are
+stacked into one dense matrix, decomposed in float64 unless --dtype says otherwise (the SM's
+errors of 1e-28 are float64 rounding), and the result is written to robustness_<split>.json
+(`report.py robustness` turns it into SM Tables 14-16).
 """
 from __future__ import annotations
 
@@ -32,8 +39,10 @@ from experiment.loading import load_trained, select_device
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
+from spectrum.robustness import NOISE_SCALES, press_rank_robustness
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+ROBUSTNESS_CONTEXTS = 10_000           # [SB] SM 5.1: "the top 10,000 contexts"
 
 
 def parse_args(argv=None):
@@ -41,8 +50,9 @@ def parse_args(argv=None):
     parser.add_argument("paths", nargs="+", help="run directory (uses best.pt) or checkpoint; several with --plot")
     parser.add_argument("--split", choices=("test", "valid"), default="test")
     parser.add_argument("--contexts", type=int, help="use only the first N contexts (default: all)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
-                        help="precision of the model's forward pass, the matrix and its decomposition")
+    parser.add_argument("--dtype", choices=tuple(DTYPES),
+                        help="precision of the model's forward pass, the matrix and its decomposition "
+                             "(default float32, as [SB]; float64 with --robustness)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
@@ -50,9 +60,36 @@ def parse_args(argv=None):
                         help="draw the saved test spectra of the given runs in one figure (no computation)")
     parser.add_argument("--transformed", action="store_true", help="with --plot: add the f(l) spectra")
     parser.add_argument("--out", default="spectra.png", help="PNG path for --plot")
+    robust = parser.add_argument_group(
+        "robustness of the Press rank ([SB] SM section 5, Tables 14-16)",
+        "Algorithm 1: keep the top --keep singular values of the dense log-P matrix and rebuild it "
+        "from its own SVD --iterations times; Algorithm 2: add N(0, c/n^2) noise to the kept "
+        "singular values for each c of --noise-scales. Writes robustness_<split>.json.")
+    robust.add_argument("--robustness", action="store_true",
+                        help=f"run both algorithms (on the first {ROBUSTNESS_CONTEXTS:,} contexts "
+                             "unless --contexts is given)")
+    robust.add_argument("--keep", type=int, default=10, help="singular values kept (default 10)")
+    robust.add_argument("--iterations", type=int, default=10, help="Algorithm 1 repetitions (default 10)")
+    robust.add_argument("--noise-scales", type=float, nargs="+", default=list(NOISE_SCALES), metavar="C",
+                        help="Algorithm 2's c values (default: SM Table 15's, 1e-2 ... 1e-32)")
+    robust.add_argument("--seed", type=int, default=0, help="seed of Algorithm 2's noise (default 0)")
     args = parser.parse_args(argv)
     if args.contexts is not None and args.contexts < 1:
         parser.error(f"--contexts: expected an integer >= 1, got {args.contexts}")
+    if args.robustness and args.plot:
+        parser.error("--robustness and --plot do different things: give one")
+    if not args.robustness:
+        for name in ("keep", "iterations", "noise_scales", "seed"):
+            if getattr(args, name) != parser.get_default(name):
+                parser.error(f"--{name.replace('_', '-')} is an option of --robustness")
+    for name in ("keep", "iterations"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
+    bad = [c for c in args.noise_scales if not c > 0]
+    if bad:
+        parser.error(f"--noise-scales: expected values > 0, got {bad[0]}")
+    if args.dtype is None:
+        args.dtype = "float64" if args.robustness else "float32"
     if not args.plot and len(args.paths) != 1:
         parser.error("give one run directory or checkpoint (several only with --plot)")
     return args
@@ -70,14 +107,25 @@ def log_p_rows(model, source: torch.Tensor, bptt: int, limit: int):
             return
 
 
-def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
-                  data_dir: str | None) -> dict:
+def open_split(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
+               data_dir: str | None):
+    """(the trained run, its model in `dtype`, the split at batch size 1, the number of contexts)."""
     run = load_trained(path, device, data_dir)
     model = run.model.to(DTYPES[dtype])
     ids = run.corpus.test if split == "test" else run.corpus.valid
     source = batchify(ids, 1, device)
     available = source.size(0) - 1                     # contexts with a next token
-    limit = min(contexts or available, available)
+    return run, model, source, min(contexts or available, available)
+
+
+def describe_run(run, split: str, limit: int) -> dict:
+    return {"checkpoint": str(run.path), "head": run.config.head_name,
+            "dataset": run.config.data.dataset, "split": split, "contexts": limit}
+
+
+def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
+                  data_dir: str | None) -> dict:
+    run, model, source, limit = open_split(path, split, contexts, dtype, device, data_dir)
     vocab = run.corpus.vocab_size
     streams = {}
     with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
@@ -90,8 +138,7 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
                 streams[name].update(rows if device.type != "cpu" else rows.numpy())
             bar.update(log_probs.size(0))
 
-    result = {"checkpoint": str(run.path), "head": run.config.head_name,
-              "dataset": run.config.data.dataset, "split": split, "contexts": limit}
+    result = describe_run(run, split, limit)
     for name, stream in streams.items():
         values = stream.singular_values()
         np.save(run.run_dir / f"singular_values_{split}_{name}.npy", values)
@@ -102,6 +149,42 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
             result["transformed"] = summary
     (run.run_dir / f"rank_{split}.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
+                       data_dir: str | None, keep: int, iterations: int, scales, seed: int) -> dict:
+    """[SB] SM section 5 on the dense log-P matrix of the first `contexts` contexts."""
+    run, model, source, limit = open_split(path, split, contexts or ROBUSTNESS_CONTEXTS, dtype,
+                                           device, data_dir)
+    rows = []
+    with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
+        for log_probs, _ in log_p_rows(model, source, run.config.train.bptt, limit):
+            rows.append(log_probs)
+            bar.update(log_probs.size(0))
+    matrix = torch.cat(rows)
+    del rows
+    result = describe_run(run, split, limit)
+    try:
+        result.update(press_rank_robustness(matrix, keep, iterations, scales, seed))
+    except ValueError as e:
+        raise AnalysisError(f"{run.path}: {e}") from None
+    (run.run_dir / f"robustness_{split}.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def describe_robustness(result: dict) -> str:
+    original = result["original"]
+    lines = [f"{result['checkpoint']}: {result['head']} on {result['dataset']} {result['split']}, "
+             f"{result['contexts']:,} contexts, {original['dtype']}: Press rank {original['press_rank']:,}; "
+             f"top {result['keep']} singular values kept"]
+    for record in result["reconstruction"]:
+        lines.append(f"  Algorithm 1, iteration {record['iteration']:2d}: Press rank {record['press_rank']:,}, "
+                     f"mean squared error {record['error']:.3g}")
+    for record in result["noise"]:
+        eff = " / ".join(str(rank) for rank in record["effective_rank"].values())
+        lines.append(f"  Algorithm 2, c = {record['c']:.0e}: Press rank {record['press_rank']:,}, "
+                     f"effective ranks {eff}")
+    return "\n".join(lines)
 
 
 def describe(result: dict) -> str:
@@ -133,12 +216,18 @@ def main(argv=None) -> int:
         if args.plot:
             print(f"wrote {plot(args.paths, args.out, args.transformed)}")
             return 0
-        result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype,
-                               select_device(args.device), args.data_dir)
+        device = select_device(args.device)
+        if args.robustness:
+            result = compute_robustness(args.paths[0], args.split, args.contexts, args.dtype, device,
+                                        args.data_dir, args.keep, args.iterations, args.noise_scales,
+                                        args.seed)
+        else:
+            result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype, device,
+                                   args.data_dir)
     except (ConfigError, CheckpointError, DataError, AnalysisError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(describe(result))
+    print(describe_robustness(result) if args.robustness else describe(result))
     if args.json:
         print(json.dumps(result))
     return 0

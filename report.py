@@ -1,12 +1,20 @@
 """Tables and figures from run directories (SPEC section 8).
 
     python report.py table runs/ptb runs/wt2 --out results/table2           # [SB] Table 2: .md + .csv
+    python report.py table runs/table5 --paper table5 --out results/table5  # an [SB] table's layout + its numbers
     python report.py wordsim runs/ptb --benchmarks data/word-similarity --out results/wordsim --by-head
     python report.py top5 runs/ptb/ptb-softmax-seed141 runs/ptb/ptb-mos-seed141 \
         --positions 10 200 --contexts "the stock market"
     python report.py spectra runs/ptb/*-seed141 --out results/spectra_ptb.png
+    python report.py correlation runs/gss_grid --out results/figure2         # [SB] Figure 2, Pearson r
+    python report.py capacity runs/mos_k --out results/sm_figure6            # [SB] SM Figure 6
+    python report.py mos-rank runs/mos_k runs/mos_dropoutl --out results/figure5   # [SB] Figure 5
+    python report.py robustness runs/ptb-mos-seed28 --out results/sm_tables14-16   # after rank.py --robustness
 
-A RUN argument is a run directory or a folder searched for run directories.
+A RUN argument is a run directory or a folder searched for run directories. Each command writes
+its files under the --out prefix (PREFIX.md, and PREFIX.png / PREFIX.csv as it says) and prints
+the Markdown. The paper's numbers drawn and printed beside the measured ones are those of
+analysis/published.py.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ import sys
 from pathlib import Path
 
 from analysis import AnalysisError
+from analysis.published import PUBLISHED_TABLES
 from analysis.runs import find_run_dirs
 from data import DataError
 from experiment.checkpoint import CheckpointError
@@ -27,13 +36,17 @@ def parse_args(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
 
     table = commands.add_parser("table", help="[SB] Table 2: params, s/epoch, train/valid/test ppl "
-                                              "(mean ± std), t-test vs Softmax, Press rank")
+                                              "(mean ± std), t-test vs Softmax, Press rank; --paper: "
+                                              "Table 5, SM Tables 4/5, 10/11, 12")
     table.add_argument("runs", nargs="+", help="run directories or folders holding them")
     table.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.csv")
     table.add_argument("--group-by", action="append", default=[], metavar="KEY",
                        help="also split rows by this config key, e.g. head.k (repeatable; "
                             "rows are always split by dataset and head)")
-    table.add_argument("--baseline", default="softmax", help="head the t-test compares against")
+    table.add_argument("--baseline", help="head the t-test compares against (default softmax)")
+    table.add_argument("--paper", choices=list(PUBLISHED_TABLES),
+                       help="take the layout of this [SB] table (its columns, its rows split by the key "
+                            "it varies, its row names) and print its published numbers beside")
     table.add_argument("--exclude-from-t-test", type=int, nargs="+", default=[], metavar="SEED",
                        help="seeds left out of the t-test samples only ([SB] leaves out the authors' seed)")
 
@@ -62,6 +75,20 @@ def parse_args(argv=None):
     spectra.add_argument("--first", type=int, default=500, help="indices in the normalised panel")
     spectra.add_argument("--ymax", type=float, default=0.2, help="y limit of the normalised panel")
 
+    figures = {
+        "correlation": "[SB] Figure 2: Press rank against test ppl of the GSS(c, k) runs, Pearson r "
+                       "beside the paper's (PREFIX.png, .md, .csv)",
+        "capacity": "[SB] SM Figure 6: MoS train / test ppl and parameters against K (PREFIX.png, .md)",
+        "mos-rank": "[SB] Figure 5: MoS test ppl against Press rank as K grows and as dropoutl falls "
+                    "(PREFIX.png, .md)",
+        "robustness": "[SB] SM Tables 14-16 from robustness_test.json (rank.py --robustness) "
+                      "(PREFIX.md, .png)",
+    }
+    for name, description in figures.items():
+        sub = commands.add_parser(name, help=description, description=description)
+        sub.add_argument("runs", nargs="+", help="run directories or folders holding them")
+        sub.add_argument("--out", required=True, help="output prefix, e.g. results/figure2")
+
     for sub in (wordsim, top5):
         sub.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
         sub.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the runs' own)")
@@ -73,7 +100,24 @@ def run(args) -> str:
     run_dirs = find_run_dirs(args.runs)
     if args.command == "table":
         from analysis.tables import write_table
-        return write_table(run_dirs, Path(args.out), args.group_by, args.baseline, args.exclude_from_t_test)
+        paper_baseline = args.paper and PUBLISHED_TABLES[args.paper].baseline
+        if paper_baseline and args.baseline:
+            raise AnalysisError(f"--baseline: [SB]'s p-values in --paper {args.paper} compare against "
+                                f"{paper_baseline}; leave --baseline out")
+        return write_table(run_dirs, Path(args.out), args.group_by, args.baseline or "softmax",
+                           args.exclude_from_t_test, args.paper)
+
+    if args.command == "correlation":
+        from analysis.correlation import write_correlation
+        return write_correlation(run_dirs, Path(args.out))
+
+    if args.command in ("capacity", "mos-rank"):
+        from analysis.mos_sweeps import write_mos_figure
+        return write_mos_figure(run_dirs, Path(args.out), "capacity" if args.command == "capacity" else "rank")
+
+    if args.command == "robustness":
+        from analysis.robustness import write_robustness
+        return write_robustness(run_dirs, Path(args.out))
 
     if args.command == "spectra":
         from analysis.spectra import write_spectra

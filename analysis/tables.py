@@ -15,6 +15,11 @@ Perplexities are mean ± sample standard deviation (ddof=1) over the row's runs.
 a number is listed under "Missing or incomplete", and a cell averaged over fewer runs than its
 row has says so with (n=k). So is a run whose metrics.jsonl has fewer than train.epochs epochs
 (unless its last epoch ended training early, as finetuning does).
+
+With a published table of [SB] (`paper`, analysis/published.py: Table 2, Table 5, SM Tables 4/5,
+10/11, 12) the table takes the paper's layout: its columns, rows split by the config keys its
+rows differ in (e.g. head.components), each row named as the paper names it, and the paper's
+number in a "[SB] ..." column beside each measured one.
 """
 from __future__ import annotations
 
@@ -22,13 +27,14 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import yaml
 from scipy import stats
 
 from . import AnalysisError
+from .published import PUBLISHED_TABLES, PublishedRow, PublishedTable, Stat
 from .runs import (dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
                    write_csv)
 
@@ -124,11 +130,18 @@ class Row:
     group_by: tuple[str, ...]
     runs: list[RunResult]
     p_value: float | None = math.nan   # test ppl vs the baseline row; None: this is the baseline
+    published: PublishedRow | None = None   # the paper's row for these runs, when there is one
 
     @property
     def label(self) -> str:
+        if self.published is not None:
+            return self.published.label
         details = ", ".join(f"{k}={v}" for k, v in zip(self.group_by, self.group) if v is not None)
         return head_label(self.head) + (f" ({details})" if details else "")
+
+    @property
+    def setting(self) -> dict:
+        return dict(zip(self.group_by, self.group))
 
     def values(self, name: str, exclude_seeds: Sequence[int] = ()) -> list[float]:
         return [getattr(r, name) for r in self.runs
@@ -139,22 +152,33 @@ class Row:
         return float(np.mean(seconds)) if seconds else None
 
 
-def group_rows(results: Sequence[RunResult], group_by: Sequence[str]) -> list[Row]:
+def group_rows(results: Sequence[RunResult], group_by: Sequence[str],
+               published: PublishedTable | None = None) -> list[Row]:
+    """One row per (dataset, head, values of the group_by keys); with `published`, rows the paper
+    has come first, in its order, each holding its published row."""
     rows: dict[tuple, Row] = {}
     for r in results:
         key = (r.dataset, r.head, r.group)
         rows.setdefault(key, Row(r.dataset, r.head, r.group, tuple(group_by), [])).runs.append(r)
+    if published is not None:
+        for row in rows.values():
+            row.published = published.row_for(row.dataset, row.head, row.setting)
+
+    in_paper = {id(published_row): i for i, published_row in enumerate(published.rows)} if published else {}
 
     def order(row: Row) -> tuple:
         group = tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in row.group)
-        return dataset_order(row.dataset), head_order(row.head), group
+        return (dataset_order(row.dataset), in_paper.get(id(row.published), len(in_paper)),
+                head_order(row.head), group)
 
     return sorted(rows.values(), key=order)
 
 
-def baseline_row(rows: Sequence[Row], row: Row, baseline: str) -> Row | None:
-    """The one row of `row`'s dataset with the baseline head (None if there is not exactly one)."""
-    candidates = [r for r in rows if r.dataset == row.dataset and r.head == baseline]
+def baseline_row(rows: Sequence[Row], row: Row, baseline: str, by_label: bool = False) -> Row | None:
+    """The one row of `row`'s dataset with the baseline head (or, `by_label`, the paper's row of
+    that name); None if there is not exactly one."""
+    candidates = [r for r in rows if r.dataset == row.dataset
+                  and (r.label == baseline and r.published is not None if by_label else r.head == baseline)]
     return candidates[0] if len(candidates) == 1 else None
 
 
@@ -188,25 +212,73 @@ def format_p(p: float | None) -> str:
     return "—" if math.isnan(p) else f"{p:.2e}"
 
 
+def format_stat(stat: Stat, rank: bool = False) -> str:
+    """A published mean (± std) as the paper prints it: ranks with thousands separators."""
+    text = (lambda v: f"{v:,.0f}") if rank else (lambda v: f"{v:.2f}")
+    return text(stat.mean) + ("" if stat.std is None else f" ± {text(stat.std)}")
+
+
+def format_seconds(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds:.1f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its title, the cell of a row of runs and, for a column [SB] prints, how to
+    print the paper's value (the PublishedRow attribute of the column's name)."""
+    title: str
+    measured: Callable[[Row], str]
+    paper: Callable[[object], str] | None = None
+
+
+COLUMNS = {
+    "params": Column("#Params", lambda row: format_params(row.values("params")), str),
+    "seconds": Column("Time (s/epoch)", lambda row: format_seconds(row.seconds_per_epoch()),
+                      lambda seconds: f"~{seconds:g}"),
+    **{name: Column(title, lambda row, name=name: format_ppl(row.values(name), len(row.runs)), format_stat)
+       for name, title in PPL_COLUMNS},
+    "p_value": Column("p-value", lambda row: format_p(row.p_value), format_p),
+    "press_rank": Column("Press rank", lambda row: format_rank(row.values("press_rank"), len(row.runs)),
+                         lambda stat: format_stat(stat, rank=True)),
+    "runs": Column("Runs", lambda row: str(len(row.runs))),
+}
+TABLE2_COLUMNS = ("params", "seconds", "train_ppl", "val_ppl", "test_ppl", "p_value", "press_rank", "runs")
+
+
 @dataclass
 class Table:
     rows: list[Row]
-    baseline: str
+    baseline: str                       # head name, or with a published table the paper's row label
+    published: PublishedTable | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.published.columns if self.published else TABLE2_COLUMNS
+
+    def header_and_cells(self, rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+        """Measured columns, each followed by the paper's when a published row has a value there."""
+        baseline = self.baseline if self.published and self.published.baseline else head_label(self.baseline)
+        header, cells = ["Model"], [[row.label] for row in rows]
+        for name in self.columns:
+            column = COLUMNS[name]
+            title = f"p-value (vs {baseline})" if name == "p_value" else column.title
+            header.append(title)
+            for line, row in zip(cells, rows):
+                line.append(column.measured(row))
+            paper = [getattr(row.published, name, None) if column.paper and row.published else None
+                     for row in rows]
+            if any(value is not None for value in paper):
+                header.append(f"[SB] {title}")
+                for line, row, value in zip(cells, rows, paper):
+                    is_baseline = name == "p_value" and row.published and row.label == self.baseline
+                    line.append("N/A" if is_baseline else "—" if value is None else column.paper(value))
+        return header, cells
 
     def markdown(self) -> str:
-        header = ["Model", "#Params", "Time (s/epoch)", *[title for _, title in PPL_COLUMNS],
-                  f"p-value (vs {head_label(self.baseline)})", "Press rank", "Runs"]
         parts = []
         for dataset in dict.fromkeys(row.dataset for row in self.rows):
-            body = []
-            for row in (r for r in self.rows if r.dataset == dataset):
-                n, seconds = len(row.runs), row.seconds_per_epoch()
-                body.append([row.label, format_params(row.values("params")),
-                             "—" if seconds is None else f"{seconds:.1f}",
-                             *[format_ppl(row.values(name), n) for name, _ in PPL_COLUMNS],
-                             format_p(row.p_value),
-                             format_rank(row.values("press_rank"), n), str(n)])
-            parts.append(f"## {dataset}\n\n" + markdown_table(header, body))
+            header, cells = self.header_and_cells([r for r in self.rows if r.dataset == dataset])
+            parts.append(f"## {dataset}\n\n" + markdown_table(header, cells))
         return "\n".join(parts)
 
     def csv_rows(self) -> tuple[list[str], list[list]]:
@@ -214,6 +286,8 @@ class Table:
         for name, _ in PPL_COLUMNS:
             header += [f"{name}_mean", f"{name}_std", f"{name}_n"]
         header += ["p_value", "press_rank_mean", "press_rank_values"]
+        if self.published:
+            header += [f"paper_{name}" for name in PAPER_CSV_FIELDS]
         rows = []
         for row in self.rows:
             seconds, params = row.seconds_per_epoch(), sorted(set(row.values("params")))
@@ -224,21 +298,50 @@ class Table:
                 line += [*(mean_std(values) if values else ("", "")), len(values)]
             p, ranks = row.p_value, row.values("press_rank")
             line += ["" if p is None else p, np.mean(ranks) if ranks else "", ";".join(map(str, ranks))]
+            if self.published:
+                line += paper_csv_values(row.published)
             rows.append(line)
         return header, rows
 
 
+# The published numbers in the CSV: statistics as mean and std, the rest as printed.
+PAPER_CSV_FIELDS = ("params", "seconds",
+                    *[f"{name}_{part}" for name in ("train_ppl", "val_ppl", "test_ppl", "press_rank")
+                      for part in ("mean", "std")],
+                    "p_value")
+
+
+def paper_csv_values(published: PublishedRow | None) -> list:
+    if published is None:
+        return [""] * len(PAPER_CSV_FIELDS)
+    values = []
+    for field_name in PAPER_CSV_FIELDS:
+        name, _, part = field_name.rpartition("_")
+        if part in ("mean", "std"):
+            stat = getattr(published, name)
+            value = None if stat is None else getattr(stat, part)
+        else:
+            value = getattr(published, field_name)
+        values.append("" if value is None else value)
+    return values
+
+
 def build_table(results: Sequence[RunResult], group_by: Sequence[str] = (), baseline: str = "softmax",
-                exclude_from_t_test: Sequence[int] = ()) -> Table:
-    rows = group_rows(results, group_by)
+                exclude_from_t_test: Sequence[int] = (), published: PublishedTable | None = None) -> Table:
+    """`results` grouped into rows; with `published`, `group_by` must hold its keys and the
+    t-test baseline is the paper's row named `published.baseline` when it has one."""
+    rows = group_rows(results, group_by, published)
+    by_label = published is not None and published.baseline is not None
+    if by_label:
+        baseline = published.baseline
     for row in rows:
-        reference = baseline_row(rows, row, baseline)
+        reference = baseline_row(rows, row, baseline, by_label)
         if reference is row:
             row.p_value = None
         elif reference is not None:
             row.p_value = t_test_p_value(row.values("test_ppl", exclude_from_t_test),
                                          reference.values("test_ppl", exclude_from_t_test))
-    return Table(rows, baseline)
+    return Table(rows, baseline, published)
 
 
 def missing_section(results: Sequence[RunResult]) -> str:
@@ -246,17 +349,33 @@ def missing_section(results: Sequence[RunResult]) -> str:
     return "## Missing or incomplete\n\n" + ("\n".join(lines) if lines else "Nothing is missing.") + "\n"
 
 
+def published_table(name: str) -> PublishedTable:
+    if name not in PUBLISHED_TABLES:
+        raise AnalysisError(f"--paper {name}: expected one of {', '.join(PUBLISHED_TABLES)}")
+    return PUBLISHED_TABLES[name]
+
+
 def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[str] = (),
-                baseline: str = "softmax", exclude_from_t_test: Sequence[int] = ()) -> str:
-    """Write <prefix>.md and <prefix>.csv; return the Markdown."""
+                baseline: str = "softmax", exclude_from_t_test: Sequence[int] = (),
+                paper: str | None = None) -> str:
+    """Write <prefix>.md and <prefix>.csv; return the Markdown. `paper` names a published table
+    (analysis/published.py) whose layout, row names and numbers the table takes."""
+    published = published_table(paper) if paper else None
+    if published:
+        group_by = list(dict.fromkeys([*published.group_by, *group_by]))
     results = [read_run(d, group_by) for d in run_dirs]
-    table = build_table(results, group_by, baseline, exclude_from_t_test)
+    table = build_table(results, group_by, baseline, exclude_from_t_test, published)
     note = ("Mean ± sample std over runs. Train / validation ppl: the epoch with the lowest "
             "validation loss (metrics.jsonl); test ppl: eval_best.json; p-value: two-sided "
             "unpaired t-test (equal variances) of test ppl against the baseline row"
             + (f", seeds {', '.join(map(str, exclude_from_t_test))} left out of it" if exclude_from_t_test
                else "") + ".\n")
-    text = "# Results\n\n" + table.markdown() + "\n" + note + "\n" + missing_section(results)
+    if published:
+        unmatched = sorted({row.label for row in table.rows if row.published is None})
+        note += (f"\nColumns marked [SB]: {published.title}. {published.note}\n"
+                 + (f"\nRows without a published counterpart: {'; '.join(unmatched)}.\n" if unmatched else ""))
+    title = f"# {published.title}" if published else "# Results"
+    text = title + "\n\n" + table.markdown() + "\n" + note + "\n" + missing_section(results)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_prefix.with_name(out_prefix.name + ".md").write_text(text, encoding="utf-8")
     write_csv(out_prefix.with_name(out_prefix.name + ".csv"), *table.csv_rows())

@@ -54,12 +54,15 @@ class ModelConfig:
     dropouti: float = 0.4      # locked dropout on the embedding output
     dropoute: float = 0.1      # embedding dropout: whole words
     wdrop: float = 0.5         # DropConnect on the hidden-to-hidden matrices
+    emb_noise: float = 0.0     # std of Gaussian noise on the embedding output in training; 0: off
 
     def __post_init__(self):
         for name in ("emsize", "nhid", "nhidlast", "nlayers"):
             _positive(name, getattr(self, name))
         for name in ("dropout", "dropouth", "dropouti", "dropoute", "wdrop"):
             _in_unit_interval(name, getattr(self, name))
+        if not 0.0 <= self.emb_noise < float("inf"):
+            raise ValueError(f"emb_noise: expected a standard deviation >= 0, got {self.emb_noise}")
 
 
 @dataclass(frozen=True)

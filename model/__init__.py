@@ -44,7 +44,7 @@ def build_model(config, vocab_size: int) -> LanguageModel:
     """Build the model a resolved Config describes (see experiment/config.py)."""
     m = config.model
     body = AWDLSTMBody(vocab_size, m.emsize, m.nhid, m.nhidlast, m.nlayers,
-                       m.dropout, m.dropouth, m.dropouti, m.dropoute, m.wdrop)
+                       m.dropout, m.dropouth, m.dropouti, m.dropoute, m.wdrop, m.emb_noise)
     head = HEADS[config.head_name](config.head, vocab_size, m.emsize, m.nhidlast,
                                    body.encoder.weight)
     return LanguageModel(body, head)

@@ -1,10 +1,11 @@
 """The AWD-LSTM body ([AWD], SPEC section 2): everything between word ids and the head.
 
-    ids -> embedding (with embedding dropout) -> locked dropout (dropouti)
+    ids -> embedding (with embedding dropout) [-> + N(0, sigma^2) noise] -> locked dropout (dropouti)
         -> LSTM 1 -> locked dropout (dropouth) -> LSTM 2 -> locked dropout (dropouth)
         -> LSTM 3 -> locked dropout (dropout) -> g, handed to the output head
 
-Each LSTM's hidden-to-hidden matrix is weight-dropped (DropConnect, wdrop).
+Each LSTM's hidden-to-hidden matrix is weight-dropped (DropConnect, wdrop). The embedding
+noise (emb_noise, [SB] SM 2.3) is off unless configured: only [SB] Table 5 uses it.
 """
 from __future__ import annotations
 
@@ -44,6 +45,19 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, trainin
     if not training or p == 0:
         return emb
     return emb * F.embedding(ids, keep_mask((weight.size(0), 1), p, weight))
+
+
+def embedding_noise(x: torch.Tensor, sigma: float, training: bool) -> torch.Tensor:
+    """Add independent N(0, sigma^2) noise to every element of x, in training only ([SB] SM 2.3).
+
+    Applied to the output of embedding dropout, so a dropped word's vector becomes pure noise:
+    the [SB] authors' code (after Wang et al. 2019) adds the noise to what its embedded_dropout
+    returns. With sigma = 0 or in eval, x is returned and no random number is drawn, so the
+    random stream (and every later dropout mask) is that of a body without the option.
+    """
+    if not training or sigma == 0:
+        return x
+    return x + torch.randn_like(x).mul_(sigma)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -108,13 +122,15 @@ class BodyOutput(NamedTuple):
 
 class AWDLSTMBody(nn.Module):
     def __init__(self, vocab_size: int, emsize: int, nhid: int, nhidlast: int, nlayers: int,
-                 dropout: float, dropouth: float, dropouti: float, dropoute: float, wdrop: float):
+                 dropout: float, dropouth: float, dropouti: float, dropoute: float, wdrop: float,
+                 emb_noise: float = 0.0):
         super().__init__()
         self.encoder = nn.Embedding(vocab_size, emsize)
         sizes = [emsize] + [nhid] * (nlayers - 1) + [nhidlast]
         self.rnns = nn.ModuleList(
             WeightDropLSTM(sizes[i], sizes[i + 1], wdrop) for i in range(nlayers))
         self.dropout, self.dropouth, self.dropouti, self.dropoute = dropout, dropouth, dropouti, dropoute
+        self.emb_noise = emb_noise
         nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
 
     def init_hidden(self, batch_size: int) -> list:
@@ -124,6 +140,7 @@ class AWDLSTMBody(nn.Module):
 
     def forward(self, ids: torch.Tensor, hidden: list) -> BodyOutput:
         x = embedding_dropout(ids, self.encoder.weight, self.dropoute, self.training)
+        x = embedding_noise(x, self.emb_noise, self.training)
         x = locked_dropout(x, self.dropouti, self.training)
         new_hidden = []
         for layer, rnn in enumerate(self.rnns):

@@ -8,7 +8,11 @@ import torch.nn.functional as F
 
 from experiment.config import load_config
 from model import build_model
-from model.body import AWDLSTMBody, WeightDropLSTM, embedding_dropout, keep_mask, locked_dropout
+import pytest
+
+from experiment.config import ConfigError
+from model.body import (AWDLSTMBody, WeightDropLSTM, embedding_dropout, embedding_noise, keep_mask,
+                        locked_dropout)
 
 
 def reference_lstm(layer: WeightDropLSTM, weight_hh: torch.Tensor) -> torch.nn.LSTM:
@@ -150,6 +154,106 @@ class TestEmbeddingDropout:
         weight = torch.randn(30, 4)
         ids = torch.randint(0, 30, (7, 3))
         assert torch.equal(embedding_dropout(ids, weight, 0.1, training=False), F.embedding(ids, weight))
+
+
+class TestEmbeddingNoise:
+    """[SB] SM 2.3: N(0, sigma^2) on every element of the embedding output, in training only,
+    after embedding dropout and before the dropouti locked dropout."""
+
+    SIGMA = 0.15
+
+    def test_mean_variance_and_independence(self):
+        torch.manual_seed(0)
+        x = torch.full((200, 50, 100), 3.0)                       # 10^6 elements
+        noise = (embedding_noise(x, self.SIGMA, training=True) - 3.0).double()
+        n = noise.numel()
+        # Fixed seed, so each check is one deterministic number; the tolerances are 6-7
+        # standard errors of the estimate, so a wrong mean or scale (e.g. sigma^2 or sqrt(sigma)
+        # as the std) fails by orders of magnitude more.
+        assert abs(noise.mean().item()) < 6 * self.SIGMA / math.sqrt(n)
+        assert abs(noise.var().item() / self.SIGMA ** 2 - 1) < 7 * math.sqrt(2 / n)
+        within = (noise.abs() < self.SIGMA).double().mean().item()   # normal: P(|z| < 1) = 0.6827
+        assert abs(within - 0.682689) < 6 * math.sqrt(0.6827 * 0.3173 / n)
+        # Independent elements: no correlation across time steps, sequences or features
+        # (a locked, i.e. shared, noise would give correlation 1).
+        for a, b in ((noise[1:], noise[:-1]), (noise[:, 1:], noise[:, :-1]), (noise[..., 1:], noise[..., :-1])):
+            r = torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].item()
+            assert abs(r) < 6 / math.sqrt(a.numel())
+
+    def test_absent_in_eval_and_at_sigma_zero(self):
+        x = torch.randn(4, 3, 5)
+        assert embedding_noise(x, 0.3, training=False) is x
+        assert embedding_noise(x, 0.0, training=True) is x
+        torch.manual_seed(0)
+        noisy, quiet = tiny_model(emb_noise=0.3), tiny_model()
+        quiet.load_state_dict(noisy.state_dict())
+        ids = torch.randint(0, 40, (6, 3))
+        hidden = noisy.init_hidden(3)
+        noisy.eval(), quiet.eval()
+        assert torch.equal(noisy(ids, hidden).log_probs, quiet(ids, hidden).log_probs)
+
+    def test_sigma_zero_is_the_body_without_noise_and_draws_nothing(self):
+        # The body with emb_noise = 0 computes exactly the pipeline of the functions it is made
+        # of, consuming the same random numbers: the later dropout masks are unchanged.
+        torch.manual_seed(0)
+        body = AWDLSTMBody(40, 8, 12, 8, 3, 0.4, 0.3, 0.4, 0.1, 0.5, emb_noise=0.0).train()
+        ids = torch.randint(0, 40, (6, 3))
+        hidden = body.init_hidden(3)
+        torch.manual_seed(1)
+        out = body(ids, hidden).output
+        state_after = torch.get_rng_state()
+        torch.manual_seed(1)
+        x = locked_dropout(embedding_dropout(ids, body.encoder.weight, 0.1, True), 0.4, True)
+        for layer, rnn in enumerate(body.rnns):
+            x, _ = rnn(x, hidden[layer])
+            x = locked_dropout(x, 0.4 if layer == 2 else 0.3, True)
+        assert torch.equal(out, x)
+        assert torch.equal(torch.get_rng_state(), state_after)
+
+    def first_lstm_input(self, dropouti: float, dropoute: float):
+        """(body, ids, the tensor its first LSTM receives: the embedding after all its regularisers)
+        for a noisy body with only the given embedding dropouts; the forward ran from seed 3."""
+        torch.manual_seed(0)
+        body = AWDLSTMBody(40, 8, 12, 8, 3, 0, 0, dropouti, dropoute, 0, emb_noise=self.SIGMA).train()
+        ids = torch.randint(0, 40, (20, 4))
+        seen = []
+        handle = body.rnns[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+        torch.manual_seed(3)
+        body(ids, body.init_hidden(ids.size(1)))
+        handle.remove()
+        return body, ids, seen[0]
+
+    def test_after_embedding_dropout_dropped_words_get_pure_noise(self):
+        body, ids, x = self.first_lstm_input(dropouti=0, dropoute=0.5)
+        torch.manual_seed(3)                 # replay: word mask first, then the noise
+        dropped = embedding_dropout(ids, body.encoder.weight, 0.5, True)
+        noise = torch.randn_like(dropped) * self.SIGMA
+        torch.testing.assert_close(x, dropped + noise, rtol=0, atol=1e-7)
+        gone = (dropped == 0).all(-1)         # positions of dropped words
+        assert gone.any() and (~gone).any()
+        torch.testing.assert_close(x[gone], noise[gone], rtol=0, atol=0)
+        assert (x[gone] != 0).all()
+
+    def test_before_dropouti_so_the_locked_mask_zeroes_noise_too(self):
+        body, ids, x = self.first_lstm_input(dropouti=0.5, dropoute=0)
+        torch.manual_seed(3)                 # replay: noise first, then the locked mask
+        emb = F.embedding(ids, body.encoder.weight)
+        noise = torch.randn_like(emb) * self.SIGMA
+        mask = keep_mask((1, 4, 8), 0.5, emb)
+        torch.testing.assert_close(x, (emb + noise) * mask, rtol=0, atol=1e-7)
+        # A (sequence, feature) dropped by dropouti is exactly zero at every time step: noise
+        # added after the locked dropout would leave it non-zero.
+        dropped = (mask[0] == 0)
+        assert dropped.any() and torch.all(x[:, dropped] == 0)
+        assert torch.all(x[:, ~dropped] != 0)
+
+    def test_config_key(self):
+        assert load_config("configs/ptb/softmax.yaml").model.emb_noise == 0.0
+        model = tiny_model(emb_noise=0.1)
+        assert model.body.emb_noise == 0.1
+        for bad in ("-0.1", ".inf", "abc"):
+            with pytest.raises(ConfigError, match="model.emb_noise"):
+                tiny_model(emb_noise=bad)
 
 
 def tiny_model(**model_overrides):

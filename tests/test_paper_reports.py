@@ -1,0 +1,298 @@
+"""report.py's [SB] reports on run directories written by hand (no training): tables in the
+paper's layout (--paper), the Figure 2 correlation, the MoS capacity and rank figures and the
+Press-rank robustness tables."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from scipy import stats
+
+import report
+from analysis.correlation import collect_points, pearson_r
+from analysis.mos_sweeps import collect, paper_points, sweep
+from analysis.published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS
+from spectrum.robustness import press_rank_robustness
+from tests.test_tables import make_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_run(root: Path, name: str, dataset: str, head: str, seed: int, *, config: dict | None = None,
+             test_ppl: float | None = None, press_rank: int | None = None, params: int = 1_000_000,
+             train_ppl: float = 40.0, val_ppl: float = 60.0) -> Path:
+    """A finished one-epoch run directory with the given numbers and extra config keys."""
+    run_dir = make_run(root, name, head, seed, test_ppl=test_ppl, press_rank=press_rank, params=params,
+                       dataset=dataset, epochs=1)
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for section, values in (config or {}).items():
+        resolved.setdefault(section, {}).update(values)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved))
+    (run_dir / "metrics.jsonl").write_text(json.dumps(
+        {"epoch": 1, "seconds": 10.0, "train_ppl": train_ppl, "val_loss": math.log(val_ppl),
+         "val_ppl": val_ppl}) + "\n")
+    return run_dir
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def table_line(markdown: str, label: str) -> list[str]:
+    line = next(l for l in markdown.splitlines() if l.startswith(f"| {label} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+# ---------------------------------------------------------------------- tables in the paper's layout
+
+@pytest.fixture
+def table5_runs(tmp_path) -> Path:
+    root = tmp_path / "runs"
+    rows = {"mos_d280": ("mos", 280, 17_535_200, [56.2, 56.5, 56.4]),
+            "softmax_d280": ("softmax", 280, 16_350_800, [57.9, 58.1]),
+            "softmax_d340": ("softmax", 340, 17_560_880, [56.5, 56.4, 56.6])}
+    for name, (head, d, params, ppls) in rows.items():
+        for seed, ppl in enumerate(ppls, 1):
+            fake_run(root, f"{name}-seed{seed}", "ptb", head, seed, test_ppl=ppl, params=params,
+                     config={"model": {"emsize": d, "nhidlast": d}, "train": {"asgd_trigger": "et"}})
+    fake_run(root, "mos-table2", "ptb", "mos", 28, test_ppl=55.0, params=21_500_620,
+             config={"model": {"emsize": 280, "nhidlast": 620}})
+    return root
+
+
+def test_table5_layout_row_names_and_published_numbers(table5_runs, tmp_path):
+    assert report.main(["table", str(table5_runs), "--paper", "table5", "--out", str(tmp_path / "t5")]) == 0
+    markdown = (tmp_path / "t5.md").read_text()
+    assert markdown.startswith("# [SB] Table 5")
+    header = table_line(markdown, "Model")
+    assert header == ["Model", "#Params", "[SB] #Params", "Train ppl", "[SB] Train ppl", "Validation ppl",
+                      "[SB] Validation ppl", "Test ppl", "[SB] Test ppl", "p-value (vs Softmax‡)",
+                      "[SB] p-value (vs Softmax‡)", "Runs"]
+    mos = dict(zip(header, table_line(markdown, "MoS†")))
+    assert mos["#Params"] == "17.53M" == mos["[SB] #Params"]
+    assert mos["Test ppl"] == f"{statistics.mean([56.2, 56.5, 56.4]):.2f} ± {statistics.stdev([56.2, 56.5, 56.4]):.2f}"
+    assert mos["[SB] Test ppl"] == "56.39 ± 0.19" and mos["[SB] Train ppl"] == "42.45 ± 1.03"
+    p = stats.ttest_ind([56.2, 56.5, 56.4], [56.5, 56.4, 56.6]).pvalue        # against Softmax‡
+    assert mos["p-value (vs Softmax‡)"] == f"{p:.2e}" and mos["[SB] p-value (vs Softmax‡)"] == "6.20e-01"
+    reference = dict(zip(header, table_line(markdown, "Softmax‡")))
+    assert reference["p-value (vs Softmax‡)"] == "N/A" == reference["[SB] p-value (vs Softmax‡)"]
+    assert reference["[SB] #Params"] == "17.56M" and reference["[SB] Test ppl"] == "56.45 ± 0.10"
+    dagger = dict(zip(header, table_line(markdown, "Softmax†")))
+    assert dagger["[SB] #Params"] == "16.35M" and dagger["[SB] Test ppl"] == "—"
+    # rows in the paper's order; a run the paper's table does not have keeps a descriptive name
+    order = [l.split("|")[1].strip() for l in markdown.split("## ptb")[1].splitlines() if l.startswith("| ")]
+    assert order[1:] == ["MoS†", "Softmax†", "Softmax‡", "MoS (model.emsize=280, model.nhidlast=620)"]
+    assert "Rows without a published counterpart: MoS (model.emsize=280, model.nhidlast=620)" in markdown
+    csv_rows = {row["model"]: row for row in read_csv(tmp_path / "t5.csv")}
+    assert float(csv_rows["MoS†"]["paper_test_ppl_mean"]) == 56.39
+    assert float(csv_rows["MoS†"]["paper_test_ppl_std"]) == 0.19 and csv_rows["MoS†"]["paper_params"] == "17.53M"
+    assert csv_rows["MoS (model.emsize=280, model.nhidlast=620)"]["paper_test_ppl_mean"] == ""
+
+
+def test_mos_components_table_matches_trigger_and_k(tmp_path):
+    root = tmp_path / "runs"
+    for k, rank in ((5, 8000), (10, 9900)):
+        fake_run(root, f"k{k}", "ptb", "mos", 28, test_ppl=58.0, press_rank=rank, params=19_755_620,
+                 config={"head": {"components": k, "dropoutl": 0.29}, "train": {"asgd_trigger": "nt"}})
+    fake_run(root, "k10-et", "ptb", "mos", 28, test_ppl=57.0, press_rank=9950,
+             config={"head": {"components": 10, "dropoutl": 0.29}, "train": {"asgd_trigger": "et"}})
+    assert report.main(["table", str(root), "--paper", "sm-tables4-5", "--out", str(tmp_path / "k")]) == 0
+    markdown = (tmp_path / "k.md").read_text()
+    header = table_line(markdown, "Model")
+    assert header == ["Model", "#Params", "[SB] #Params", "Train ppl", "[SB] Train ppl", "Test ppl",
+                      "[SB] Test ppl", "Press rank", "[SB] Press rank", "Runs"]
+    k5 = dict(zip(header, table_line(markdown, "K = 5")))
+    assert (k5["[SB] #Params"], k5["[SB] Test ppl"], k5["[SB] Press rank"], k5["Press rank"]) == \
+        ("19.75M", "58.38", "8,057", "8,000")
+    assert dict(zip(header, table_line(markdown, "K = 10")))["[SB] Press rank"] == "9,976"
+    et = "MoS (head.components=10, head.dropoutl=0.29, train.asgd_trigger=et)"
+    assert table_line(markdown, et)[2] == "—"                      # no NT-ASGD number for an ET run
+
+
+def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
+    root = tmp_path / "runs"
+    for head, ppls in (("softmax", [57.0, 57.2]), ("ss", [56.9, 57.0, 57.1])):
+        for seed, ppl in enumerate(ppls, 1):
+            fake_run(root, f"{head}-{seed}", "ptb", head, seed, test_ppl=ppl, press_rank=402,
+                     config={"train": {"asgd_trigger": "et"}})
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    header = table_line(markdown, "Model")
+    assert [h for h in header if not h.startswith("[SB]")] == [
+        "Model", "#Params", "Time (s/epoch)", "Train ppl", "Validation ppl", "Test ppl",
+        "p-value (vs Softmax)", "Press rank", "Runs"]
+    ss = dict(zip(header, table_line(markdown, "SS")))
+    assert ss["[SB] Time (s/epoch)"] == "~57" and ss["[SB] Press rank"] == "5,113 ± 85"
+    assert ss["[SB] p-value (vs Softmax)"] == "3.92e-01"
+    assert ss["p-value (vs Softmax)"] == f"{stats.ttest_ind([56.9, 57.0, 57.1], [57.0, 57.2]).pvalue:.2e}"
+    assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
+
+
+def test_paper_table_refuses_another_baseline(table5_runs, tmp_path, capsys):
+    assert report.main(["table", str(table5_runs), "--paper", "table5", "--baseline", "mos",
+                        "--out", str(tmp_path / "t")]) == 2
+    assert "compare against Softmax‡" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- Figure 2
+
+def test_pearson_r_is_scipys_on_known_samples():
+    x = [402, 5113, 8904, 496, 9981, 7000]
+    y = [57.08, 57.05, 57.00, 56.80, 54.91, 57.3]
+    r = pearson_r(x, y)
+    assert r == stats.pearsonr(x, y).statistic
+    dx, dy = np.subtract(x, np.mean(x)), np.subtract(y, np.mean(y))          # by hand
+    assert r == pytest.approx(float(dx @ dy / math.sqrt((dx @ dx) * (dy @ dy))), rel=1e-12)
+    assert pearson_r([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert math.isnan(pearson_r([1, 1, 1], [1, 2, 3])) and math.isnan(pearson_r([1], [2]))
+
+
+@pytest.fixture
+def gss_grid(tmp_path) -> tuple[Path, list]:
+    """A 3 x 3 GSS grid on PTB with known ranks and perplexities, plus runs the report leaves out."""
+    root = tmp_path / "grid"
+    points = []
+    for i, c in enumerate((-1.5, 0.0, 1.5)):
+        for j, k in enumerate((1.5, 2.5, 3.0)):
+            rank, ppl = 1000 + 900 * i + 250 * j, 56.5 + 0.3 * j - 0.1 * i + 0.05 * (i * j % 2)
+            fake_run(root, f"gss-c{c}-k{k}", "ptb", "gss", 141, test_ppl=ppl, press_rank=rank,
+                     config={"head": {"c": c, "k": k}})
+            points.append((c, k, rank, ppl))
+    fake_run(root, "softmax", "ptb", "softmax", 141, test_ppl=57.0, press_rank=402)
+    fake_run(root, "gss-unranked", "ptb", "gss", 141, test_ppl=57.0, config={"head": {"c": 2.0, "k": 2.0}})
+    return root, points
+
+
+def test_correlation_report(gss_grid, tmp_path):
+    root, points = gss_grid
+    out = tmp_path / "figure2"
+    assert report.main(["correlation", str(root), "--out", str(out)]) == 0
+    markdown = (tmp_path / "figure2.md").read_text()
+    ranks, ppls = [p[2] for p in points], [p[3] for p in points]
+    low, high = GSS_GRID["ptb"].ppl_range
+    inside = [(r, p) for r, p in zip(ranks, ppls) if low <= p <= high]
+    assert 2 < len(inside) < len(points)
+    row = table_line(markdown, "PTB")
+    assert row == ["PTB", "9", f"{stats.pearsonr(ranks, ppls).statistic:.2f}", "0.48", "[56.6, 57.6]",
+                   str(len(inside)), f"{stats.pearsonr(*zip(*inside)).statistic:.2f}", "0.24"]
+    assert "softmax`" not in markdown and "a Softmax run, not GSS: left out" in markdown
+    assert "gss-unranked: press_rank (no rank_test.json" in markdown
+    rows = read_csv(tmp_path / "figure2.csv")
+    assert len(rows) == 9 and {(float(r["c"]), float(r["k"])) for r in rows} == {p[:2] for p in points}
+    assert (tmp_path / "figure2.png").read_bytes()[:8] == PNG
+    by_dataset, _ = collect_points([root / "gss-c0.0-k2.5"])
+    assert [(p.c, p.k, p.press_rank) for p in by_dataset["ptb"]] == [(0.0, 2.5, 2150)]
+
+
+# ---------------------------------------------------------------------- Figure 5 and SM Figure 6
+
+@pytest.fixture
+def mos_runs(tmp_path) -> Path:
+    root = tmp_path / "mos"
+    for dataset, base in (("ptb", 56.0), ("wikitext-2", 63.0)):
+        for k in (5, 10, 15, 20):
+            for seed in (1, 2):
+                fake_run(root, f"{dataset}-k{k}-seed{seed}", dataset, "mos", seed,
+                         test_ppl=base + 10 / k + seed / 10, press_rank=8000 + 100 * k + seed,
+                         params=19_000_000 + 174_500 * k, train_ppl=30 + 20 / k,
+                         config={"head": {"components": k, "dropoutl": 0.29}, "train": {"asgd_trigger": "nt"}})
+        for p in (0.145, 0.0):
+            fake_run(root, f"{dataset}-dropoutl{p}", dataset, "mos", 1, test_ppl=base + 20 * (0.3 - p),
+                     press_rank=9990 - int(10 * p), params=21_500_620, train_ppl=25.0,
+                     config={"head": {"components": 15, "dropoutl": p}, "train": {"asgd_trigger": "nt"}})
+    fake_run(root, "softmax", "ptb", "softmax", 1, test_ppl=57.0, press_rank=402)
+    return root
+
+
+def test_mos_points_and_sweeps(mos_runs):
+    from analysis.runs import find_run_dirs
+    points, notes = collect(find_run_dirs([mos_runs]))
+    assert list(points) == ["ptb", "wikitext-2"] and len(notes) == 1
+    by_k = sweep(points["ptb"], "components")
+    assert [p.components for p in by_k] == [5, 10, 15, 20]          # dropoutl 0.145 / 0 are not here
+    k10 = by_k[1]
+    assert k10.runs == 2 and k10.test_ppl == pytest.approx(56.0 + 1 + 0.15)
+    assert k10.press_rank == pytest.approx(9001.5) and k10.params == pytest.approx(20.745)
+    assert k10.train_ppl == pytest.approx(32.0)
+    assert [p.dropoutl for p in sweep(points["ptb"], "dropoutl")] == [0.29, 0.145, 0.0]
+    reference, source = paper_points("wikitext-2", "dropoutl")
+    assert source == "SM Table 12" and [(p.dropoutl, p.press_rank) for p in reference] == \
+        [(0.29, 13215), (0.145, 17256), (0.0, 19427)]
+    reference, source = paper_points("ptb", "components")
+    assert source == "SM Table 4" and [p.params for p in reference][:3] == [19.05, 19.40, 19.75]
+
+
+def test_capacity_and_rank_figures(mos_runs, tmp_path):
+    assert report.main(["capacity", str(mos_runs), "--out", str(tmp_path / "capacity")]) == 0
+    markdown = (tmp_path / "capacity.md").read_text()
+    assert markdown.startswith("# [SB] SM Figure 6")
+    k5 = table_line(markdown, "K=5")               # PTB first: measured beside SM Table 4
+    assert k5[:5] == ["K=5", "nt", "2", "19.87", "19.75"] and k5[7:9] == [f"{56.0 + 2 + 0.15:.2f}", "58.38"]
+    assert (tmp_path / "capacity.png").read_bytes()[:8] == PNG
+    assert report.main(["mos-rank", str(mos_runs), "--out", str(tmp_path / "figure5")]) == 0
+    markdown = (tmp_path / "figure5.md").read_text()
+    assert "## WikiText-2, as dropoutl falls (K = 15)" in markdown
+    assert "| dropoutl=0.145 | nt | 1 |" in markdown and "17,256" in markdown
+    assert (tmp_path / "figure5.png").read_bytes()[:8] == PNG
+
+
+def test_mos_figures_need_mos_runs(tmp_path, capsys):
+    fake_run(tmp_path / "runs", "softmax", "ptb", "softmax", 1, test_ppl=57.0)
+    assert report.main(["capacity", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
+    assert "no MoS run" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- SM Tables 14-16
+
+def test_robustness_tables(tmp_path, capsys):
+    run_dir = fake_run(tmp_path / "runs", "ptb-mos", "ptb", "mos", 28, test_ppl=56.0)
+    fake_run(tmp_path / "runs", "ptb-softmax", "ptb", "softmax", 141, test_ppl=57.0)
+    g = torch.Generator().manual_seed(0)
+    matrix = torch.randn(40, 30, generator=g, dtype=torch.float64) * 3 - 9
+    result = {"checkpoint": str(run_dir / "best.pt"), "head": "mos", "dataset": "ptb", "split": "test",
+              "contexts": 40, **press_rank_robustness(matrix, keep=10, iterations=10,
+                                                       scales=(1e-2, 1e-20, 1e-25, 1e-40))}
+    (run_dir / "robustness_test.json").write_text(json.dumps(result))
+    assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 0
+    markdown = (tmp_path / "rob.md").read_text()
+    assert "## MoS, PTB, seed 28" in markdown and "Press rank 30; top 10" in markdown
+    assert table_line(markdown, "Iteration")[1:] == [str(i) for i in range(1, 11)]
+    assert table_line(markdown, "Press rank")[1:] == ["10"] * 10
+    assert table_line(markdown, "[SB] Error ×1e-28")[1:3] == ["0.97", "0.99"]
+    errors = [r["error"] for r in result["reconstruction"][1:]]
+    assert table_line(markdown, "Error ×1e-28")[1:] == [f"{e / 1e-28:.2f}" for e in errors]
+    noisy = result["noise"][1]
+    assert noisy["c"] == 1e-20 and table_line(markdown, "1e-20")[:3] == ["1e-20", str(noisy["press_rank"]),
+                                                                         "9,899"]   # SM Table 15
+    assert table_line(markdown, "1e-25")[2] == "10" and table_line(markdown, "1e-40")[2] == "—"
+    line = markdown.split("SM Table 16")[1]
+    assert table_line(line, "1e-20") == ["1e-20", str(noisy["press_rank"]), "9,899",
+                                         *map(str, noisy["effective_rank"].values()), "7 / 10 / 10"]
+    assert "ptb-softmax: no robustness_test.json" in markdown
+    assert (tmp_path / "rob.png").read_bytes()[:8] == PNG
+    assert ROBUSTNESS.noise_press_rank[1e-20] == 9_899
+
+
+def test_robustness_needs_results(tmp_path, capsys):
+    fake_run(tmp_path / "runs", "ptb-mos", "ptb", "mos", 28, test_ppl=56.0)
+    assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no robustness results found") and err.count("\n") == 1
+
+
+def test_every_published_table_is_a_paper_option():
+    parser_choices = report.parse_args(["table", "x", "--out", "y", "--paper", "table2"]).paper
+    assert parser_choices == "table2"
+    for name, table in PUBLISHED_TABLES.items():
+        assert set(table.columns) <= {"params", "seconds", "train_ppl", "val_ppl", "test_ppl", "p_value",
+                                      "press_rank", "runs"}
+        for row in table.rows:                       # every row can be selected by its group keys
+            assert set(row.setting) <= set(table.group_by), (name, row.label)
