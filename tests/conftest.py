@@ -56,7 +56,8 @@ def ptb_slice(shared_data_dir, tmp_path_factory) -> Path:
 # A model small enough that an epoch over `ptb_slice` takes about a second on CPU.
 TINY = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_size=4",
         "train.bptt=8", "train.max_seq_len_delta=4", "train.eval_batch_size=2",
-        "run.device=cpu", "run.log_interval=10", "run.tensorboard=false"]
+        "run.device=cpu", "run.log_interval=10", "run.tensorboard=false",
+        "data.allow_modified_corpus=true"]   # the fixtures are slices of PTB, not PTB
 
 
 @pytest.fixture

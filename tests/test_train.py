@@ -103,7 +103,7 @@ def test_et_asgd_switches_after_the_configured_epoch(et_run):
 
 def test_validation_after_the_switch_uses_the_averaged_weights(et_run, ptb_slice):
     config = load_config(et_run / "config.yaml")
-    corpus = load_corpus("ptb", ptb_slice)
+    corpus = load_corpus("ptb", ptb_slice, allow_modified=True)
     last = torch.load(et_run / "last.pt", weights_only=True)
     model = build_model(config, corpus.vocab_size)
     model.load_state_dict(last["model"])
@@ -142,7 +142,7 @@ def test_evaluate_reports_the_progress_of_last_pt(et_run):
 def make_trainer(ptb_slice, tmp_path, *overrides):
     from tests.conftest import TINY
     config = load_config(PTB, [f"data.data_dir={ptb_slice}", *TINY, f"run.dir={tmp_path}", *overrides])
-    corpus = load_corpus("ptb", ptb_slice)
+    corpus = load_corpus("ptb", ptb_slice, allow_modified=True)
     torch.manual_seed(0)
     model = build_model(config, corpus.vocab_size)
     return train.Trainer(config, model, corpus, tmp_path, torch.device("cpu"))
