@@ -524,8 +524,8 @@ def main(argv=None) -> int:
             trainer = Trainer(config, model, corpus, run_dir, device)
             if resume_ckpt is not None:
                 ckpt_path = run_dir / "last.pt"
-                check_same_run(run_dir, ckpt_path, identity)
                 checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
+                check_same_run(run_dir, ckpt_path, identity)
                 checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path,
                                         "optimizer state")
                 trainer.load_last(resume_ckpt, ckpt_path)     # shapes and finite weights checked

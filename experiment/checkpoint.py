@@ -58,6 +58,14 @@ def optimizer_tensors(ckpt: dict) -> dict:
     return {f"optimizer.{i}.{key}": value for i, entry in state.items() for key, value in entry.items()}
 
 
+def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
+    """resolve_checkpoint_path, and a CheckpointError when there is no such file."""
+    resolved = resolve_checkpoint_path(path, name)
+    if not resolved.is_file():
+        raise CheckpointError(f"{resolved}: checkpoint not found")
+    return resolved
+
+
 def check_vocabulary(ckpt: dict, corpus, path) -> None:
     if ckpt["vocab_size"] != corpus.vocab_size or ckpt["vocab_sha256"] != corpus.vocab_sha256:
         raise CheckpointError(

@@ -260,6 +260,8 @@ def _apply_override(raw: dict, text: str, origin: dict) -> None:
 
 # ---------------------------------------------------------------- typing and validation
 
+FLOAT32_MAX = 3.4028234663852886e38
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -267,13 +269,14 @@ def _type_name(tp) -> str:
     if origin is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(_type_name(a) for a in args) + " or null"
-    return {int: "an integer", float: "a finite number", str: "a string",
+    return {int: "an integer", float: "a finite float32 number", str: "a string",
             bool: "true or false"}.get(tp, str(tp))
 
 
 def _coerce(tp, value):
-    """Return value as type tp, or raise TypeError. Integers are accepted for floats; inf and
-    nan are not (no setting of this repository means anything with them)."""
+    """Return value as type tp, or raise TypeError. Integers are accepted for floats; inf, nan
+    and numbers beyond float32's range are not (the models compute in float32, and no setting
+    of this repository means anything with them)."""
     origin = typing.get_origin(tp)
     if origin is typing.Union:
         if value is None and type(None) in typing.get_args(tp):
@@ -299,7 +302,8 @@ def _coerce(tp, value):
             return value
         raise TypeError
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             return float(value)
         raise TypeError
     if tp is str:
