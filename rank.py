@@ -95,7 +95,7 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
     run = load_trained(path, device, data_dir)
     model = run.model.to(DTYPES[dtype])
     ids = run.corpus.test if split == "test" else run.corpus.valid
-    run.corpus.check_batchable(split, 1, "the batch size of rank.py")
+    run.corpus.check_batchable(split, 1, "batch size")
     source = batchify(ids, 1, device)
     available = source.size(0) - 1                     # contexts with a next token
     limit = min(contexts or available, available)

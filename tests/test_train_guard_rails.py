@@ -54,7 +54,7 @@ def test_a_non_finite_update_after_a_finite_loss_writes_no_checkpoint(small, tmp
     """lr = 1e30 and a checkpoint every step: step 2's loss is still finite (~1e28), the
     weights after its update are not."""
     run_dir = tmp_path / "huge-lr"
-    code = train.main([PTB, *small, "train.lr=1e30", "run.checkpoint_every_steps=1",
+    code = train.main([PTB, *small, "train.lr=1.0e+30", "run.checkpoint_every_steps=1",
                        f"run.dir={run_dir}"])
     err = capsys.readouterr().err
     assert code == 3, err
@@ -67,7 +67,7 @@ def test_a_non_finite_update_after_a_finite_loss_writes_no_checkpoint(small, tmp
 
 def test_with_epoch_checkpoints_only_the_message_says_none_exists_yet(small, tmp_path, capsys):
     run_dir = tmp_path / "no-checkpoint"
-    assert train.main([PTB, *small, "train.lr=1e30", f"run.dir={run_dir}"]) == 3
+    assert train.main([PTB, *small, "train.lr=1.0e+30", f"run.dir={run_dir}"]) == 3
     assert f"no checkpoint has been written yet (none in {run_dir})" in capsys.readouterr().err
     assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
 
@@ -155,19 +155,21 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
 def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp_path, capsys):
     run_dir = tmp_path / "busy"
     first = subprocess.Popen([sys.executable, "train.py", PTB, *small, "train.epochs=1000",
-                              "run.checkpoint_every_steps=5", f"run.dir={run_dir}"],
+                              f"run.dir={run_dir}"],
                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(run_dir / "last.pt", first)
+        wait_for(run_dir / "config.yaml", first)       # training, no checkpoint yet
         config = (run_dir / "config.yaml").read_bytes()
-        # Another seed into the same directory; the same run resumed; an evaluation there.
-        for argv in ([PTB, *small, "train.seed=7", f"run.dir={run_dir}"],
-                     ["--resume", str(run_dir)]):
-            assert train.main(argv) == 2
-            assert f"error: {run_dir} is in use by PID {first.pid} (train.py " in one_line_error(capsys)
+        # Another seed into the same directory (once trained and wrote config.yaml and run.json)
+        assert train.main([PTB, *small, "train.seed=7", "run.max_steps=3", f"run.dir={run_dir}"]) == 2
+        assert f"error: {run_dir} is in use by PID {first.pid} (train.py " in one_line_error(capsys)
+        wait_for(run_dir / "last.pt", first)           # epoch 1 done
+        assert train.main(["--resume", str(run_dir), "run.max_steps=3"]) == 2
+        assert f"in use by PID {first.pid}" in one_line_error(capsys)
         assert evaluate.main([str(run_dir / "last.pt"), "--device", "cpu"]) == 2
         assert f"in use by PID {first.pid}" in one_line_error(capsys)
         assert (run_dir / "config.yaml").read_bytes() == config
+        assert json.loads((run_dir / "run.json").read_text())["seed"] == 141
         assert not (run_dir / "eval_last.json").exists()
     finally:
         first.send_signal(signal.SIGKILL)
@@ -175,6 +177,7 @@ def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp
     step = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"]
     assert train.main(["--resume", str(run_dir), f"run.max_steps={step + 2}"]) == 0
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == step + 2
+    assert [r["epoch"] for r in metrics(run_dir)] == list(range(1, len(metrics(run_dir)) + 1))
 
 
 def test_resume_checks_the_checkpoint_before_writing_anything(small, ptb_slice, tmp_path, capsys):
@@ -255,6 +258,17 @@ def test_after_a_crash_metrics_and_tensorboard_hold_each_epoch_once(every, small
     # Each logged step once (the first mean after a resume covers only the steps since it).
     steps = [step for step, _ in tensorboard_scalars(run_dir, "train/step_loss")]
     assert steps == [step for step, _ in tensorboard_scalars(straight, "train/step_loss")]
+
+
+def test_metrics_are_cut_to_the_completed_epochs_and_to_whole_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3, "val_lo')    # the disk filled up
+    train.keep_epochs(path, completed=5)
+    assert path.read_text() == '{"epoch": 1}\n{"epoch": 2}\n'
+    train.keep_epochs(path, completed=1)
+    assert path.read_text() == '{"epoch": 1}\n'
+    train.keep_epochs(path, completed=0)
+    assert path.read_text() == ""
 
 
 def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_last_checkpoint(
@@ -395,16 +409,26 @@ def test_a_log_file_gets_a_progress_line_every_log_interval(small, tmp_path, cap
     assert steps == [4, 8, 12, 16, 20]
 
 
-def test_in_a_terminal_the_bar_counts_real_tokens(small, tmp_path):
-    from experiment.config import load_config
-    from experiment.progress import EpochProgress
-    config = load_config(PTB, [*small, f"run.dir={tmp_path}"])
-    progress = EpochProgress(config, epoch=1, step=0, position=0, last_position=100, interactive=True)
-    progress.update(step=1, position=9, nll=5.0)
-    progress.update(step=2, position=17, nll=5.0)
-    assert progress.bar.total == 100 * config.train.batch_size       # positions x batch size
-    assert progress.bar.n == 17 * config.train.batch_size and progress.bar.unit == "tok"
-    progress.close()
+def test_in_a_terminal_the_bar_counts_real_tokens(small, small_data, tmp_path, monkeypatch):
+    import tqdm
+    bars, close = [], tqdm.tqdm.close
+
+    def record_and_close(self):
+        if not getattr(self, "recorded", False):
+            self.recorded = True
+            bars.append((self.n, self.total, self.unit))
+        close(self)
+
+    monkeypatch.setattr(tqdm.tqdm, "close", record_and_close)
+    for stream in (sys.stdout, sys.stderr):            # a terminal
+        monkeypatch.setattr(stream, "isatty", lambda: True)
+    run_dir = tmp_path / "tty"
+    assert train.main([PTB, *small, "run.max_steps=7", f"run.dir={run_dir}"]) == 0
+    monkeypatch.undo()
+    batch, position = 4, torch.load(run_dir / "last.pt", weights_only=True)["progress"]["position"]
+    tokens = sum(len(line.split()) + 1 for line in (small_data / "ptb" / "train.txt").open())
+    rows = tokens // batch
+    assert ("train.batch_size=4" in TINY) and bars[0] == (position * batch, (rows - 2) * batch, "tok")
 
 
 def test_training_on_the_cpu_by_default_warns_once(small, tmp_path, capsys, no_gpu):
@@ -413,7 +437,7 @@ def test_training_on_the_cpu_by_default_warns_once(small, tmp_path, capsys, no_g
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1
     assert "found no usable CUDA GPU" in warnings[0] and "trains on the CPU" in warnings[0]
-    assert "slower than on a GPU" in warnings[0]
+    assert "times slower than on a GPU" in warnings[0] and "min an epoch" in warnings[0]
     for argv in ([*big, "run.device=cpu"], ["run.device=auto", "run.max_steps=1"]):   # chosen; small
         assert train.main([PTB, *small, *argv, f"run.dir={tmp_path / str(len(argv))}"]) == 0
         assert "warning" not in capsys.readouterr().err
