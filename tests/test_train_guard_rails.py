@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,10 @@ import train
 from experiment import checkpoint
 from model.heads.softmax import SoftmaxHead
 from tests.conftest import TINY, enospc_after
+from tests.test_train import metrics, tensorboard_scalars, wait_for
 
 PTB = "configs/ptb/softmax.yaml"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def one_line_error(capsys) -> str:
@@ -144,14 +140,6 @@ def test_evaluate_rank_and_resume_refuse_non_finite_weights(small, tmp_path, cap
 
 # ---------------------------------------------------------------------- one directory, one run
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, f"{path} did not appear"
-        time.sleep(0.02)
-
-
 def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp_path, capsys):
     run_dir = tmp_path / "busy"
     first = subprocess.Popen([sys.executable, "train.py", PTB, *small, "train.epochs=1000",
@@ -252,7 +240,6 @@ def test_after_a_crash_metrics_and_tensorboard_hold_each_epoch_once(every, small
         assert train.main([*argv, f"run.dir={run_dir}"]) == 0
     assert [r["epoch"] for r in metrics(run_dir)] == [1, 2]
     assert [r["val_loss"] for r in metrics(run_dir)] == [r["val_loss"] for r in metrics(straight)]
-    from tests.test_train import tensorboard_scalars
     for tag in ("epoch/val_ppl", "epoch/asgd", "epoch/train_ppl"):
         assert tensorboard_scalars(run_dir, tag) == tensorboard_scalars(straight, tag), tag
     # Each logged step once (the first mean after a resume covers only the steps since it).
@@ -469,3 +456,12 @@ def test_rank_plot_refuses_computing_options_and_writes_next_to_the_runs(small, 
     assert rank.main(["--plot", *map(str, runs)]) == 0
     assert (tmp_path / "runs" / "spectra.png").is_file()
     assert not (tmp_path / "spectra.png").exists()
+
+
+def test_report_checks_the_device_too(small, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    import report
+    assert report.main(["top5", str(run_dir), "--positions", "3", "--device", "gpu"]) == 2
+    assert "--device: expected auto, cpu, mps, cuda or cuda:N (N a GPU index), got 'gpu'" in one_line_error(capsys)
