@@ -3,6 +3,7 @@
     python rank.py runs/ptb-softmax-seed141                       # test set, all contexts, float32
     python rank.py runs/wt2-mos-seed1881 --contexts 33320 --json  # the first 33,320 contexts, as [SB]
     python rank.py --plot runs/a runs/b --out spectra.png         # overlay saved test spectra
+                                                                  # (default: runs/spectra.png)
     python rank.py runs/ptb-mos-seed28 --robustness               # [SB] SM Tables 14-16 (below)
 
 The model runs in eval mode over the split at batch size 1 in bptt chunks, exactly as
@@ -22,7 +23,9 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,10 +35,11 @@ from tqdm import tqdm
 
 from data import DataError
 from data.batching import batchify
-from experiment.checkpoint import CheckpointError
+from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment.config import ConfigError
 from experiment.evaluation import iterate_chunks
 from experiment.loading import load_trained, select_device
+from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, write_text_atomic
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
@@ -45,21 +49,25 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ROBUSTNESS_CONTEXTS = 10_000           # [SB] SM 5.1: "the top 10,000 contexts"
 
 
+COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Ranks of the log-probability matrix of a trained model.")
     parser.add_argument("paths", nargs="+", help="run directory (uses best.pt) or checkpoint; several with --plot")
-    parser.add_argument("--split", choices=("test", "valid"), default="test")
+    parser.add_argument("--split", choices=("test", "valid"), help="default: test")
     parser.add_argument("--contexts", type=int, help="use only the first N contexts (default: all)")
     parser.add_argument("--dtype", choices=tuple(DTYPES),
                         help="precision of the model's forward pass, the matrix and its decomposition "
                              "(default float32, as [SB]; float64 with --robustness)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--device", help="auto (CUDA when present; the default), cpu, mps, cuda, cuda:N")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
     parser.add_argument("--plot", action="store_true",
                         help="draw the saved test spectra of the given runs in one figure (no computation)")
     parser.add_argument("--transformed", action="store_true", help="with --plot: add the f(l) spectra")
-    parser.add_argument("--out", default="spectra.png", help="PNG path for --plot")
+    parser.add_argument("--out", help="with --plot: the PNG to write (default: spectra.png in the run "
+                                      "directory, or in the folder holding all the runs)")
     robust = parser.add_argument_group(
         "robustness of the Press rank ([SB] SM section 5, Tables 14-16)",
         "Algorithm 1: keep the top --keep singular values of the dense log-P matrix and rebuild it "
@@ -74,6 +82,19 @@ def parse_args(argv=None):
                         help="Algorithm 2's c values (default: SM Table 15's, 1e-2 ... 1e-32)")
     robust.add_argument("--seed", type=int, default=0, help="seed of Algorithm 2's noise (default 0)")
     args = parser.parse_args(argv)
+    if args.plot:
+        # --plot draws what earlier rank.py runs saved: a computing option would be ignored.
+        given = [name for name in COMPUTE_OPTIONS if getattr(args, name) not in (None, False)]
+        if given:
+            parser.error(f"--{given[0].replace('_', '-')} belongs to computing ranks; --plot only "
+                         f"draws the spectra earlier rank.py runs saved")
+    else:
+        for name in ("transformed", "out"):
+            if getattr(args, name):
+                parser.error(f"--{name} belongs to --plot")
+        if len(args.paths) != 1:
+            parser.error("give one run directory or checkpoint (several only with --plot)")
+        args.split, args.device = args.split or "test", args.device or "auto"
     if args.contexts is not None and args.contexts < 1:
         parser.error(f"--contexts: expected an integer >= 1, got {args.contexts}")
     if args.robustness and args.plot:
@@ -90,8 +111,6 @@ def parse_args(argv=None):
         parser.error(f"--noise-scales: expected values > 0, got {bad[0]}")
     if args.dtype is None:
         args.dtype = "float64" if args.robustness else "float32"
-    if not args.plot and len(args.paths) != 1:
-        parser.error("give one run directory or checkpoint (several only with --plot)")
     return args
 
 
@@ -113,6 +132,7 @@ def open_split(path: str, split: str, contexts: int | None, dtype: str, device: 
     run = load_trained(path, device, data_dir)
     model = run.model.to(DTYPES[dtype])
     ids = run.corpus.test if split == "test" else run.corpus.valid
+    run.corpus.check_batchable(split, 1, "batch size")
     source = batchify(ids, 1, device)
     available = source.size(0) - 1                     # contexts with a next token
     return run, model, source, min(contexts or available, available)
@@ -141,13 +161,14 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
     result = describe_run(run, split, limit)
     for name, stream in streams.items():
         values = stream.singular_values()
-        np.save(run.run_dir / f"singular_values_{split}_{name}.npy", values)
+        write_atomic(run.run_dir / f"singular_values_{split}_{name}.npy",
+                     lambda f, values=values: np.save(f, values))
         summary = rank_summary(values, stream.shape, dtype)
         if name == "logp":
             result.update(summary)
         else:
             result["transformed"] = summary
-    (run.run_dir / f"rank_{split}.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text_atomic(run.run_dir / f"rank_{split}.json", json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -168,7 +189,7 @@ def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, 
         result.update(press_rank_robustness(matrix, keep, iterations, scales, seed))
     except ValueError as e:
         raise AnalysisError(f"{run.path}: {e}") from None
-    (run.run_dir / f"robustness_{split}.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text_atomic(run.run_dir / f"robustness_{split}.json", json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -200,14 +221,24 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(paths: list[str], out: str, transformed: bool) -> Path:
+def plot(paths: list[str], out: str | None, transformed: bool) -> Path:
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         raise AnalysisError(f"{missing[0]}: no such run directory or checkpoint")
     run_dirs = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
-    for note in write_spectra(run_dirs, Path(out), transformed=transformed):
-        print(f"warning: {note}", file=sys.stderr)
-    return Path(out)
+    out_path = Path(out) if out else default_plot_path(run_dirs)
+    into_run = out_path.resolve().parent in {d.resolve() for d in run_dirs}
+    with RunLock(out_path.parent) if into_run else contextlib.nullcontext():
+        for note in write_spectra(run_dirs, out_path, transformed=transformed):
+            print(f"warning: {note}", file=sys.stderr)
+    return out_path
+
+
+def default_plot_path(run_dirs: list[Path]) -> Path:
+    """spectra.png next to the spectra it draws: in the run directory, or for several runs in
+    the deepest folder that holds them all."""
+    folder = Path(os.path.commonpath([d.resolve() for d in run_dirs]))
+    return folder / "spectra.png"
 
 
 def main(argv=None) -> int:
@@ -216,15 +247,16 @@ def main(argv=None) -> int:
         if args.plot:
             print(f"wrote {plot(args.paths, args.out, args.transformed)}")
             return 0
-        device = select_device(args.device)
-        if args.robustness:
-            result = compute_robustness(args.paths[0], args.split, args.contexts, args.dtype, device,
-                                        args.data_dir, args.keep, args.iterations, args.noise_scales,
-                                        args.seed)
-        else:
-            result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype, device,
-                                   args.data_dir)
-    except (ConfigError, CheckpointError, DataError, AnalysisError) as e:
+        device = select_device(args.device, option="--device")
+        with RunLock(existing_checkpoint(args.paths[0]).parent):   # it writes its results there
+            if args.robustness:
+                result = compute_robustness(args.paths[0], args.split, args.contexts, args.dtype,
+                                            device, args.data_dir, args.keep, args.iterations,
+                                            args.noise_scales, args.seed)
+            else:
+                result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype, device,
+                                       args.data_dir)
+    except (ConfigError, CheckpointError, DataError, AnalysisError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(describe_robustness(result) if args.robustness else describe(result))

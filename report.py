@@ -90,7 +90,7 @@ def parse_args(argv=None):
         sub.add_argument("--out", required=True, help="output prefix, e.g. results/figure2")
 
     for sub in (wordsim, top5):
-        sub.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+        sub.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto")
         sub.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the runs' own)")
     return parser.parse_args(argv)
 
@@ -125,7 +125,7 @@ def run(args) -> str:
         return "\n".join([f"missing: {m}" for m in missing] + [f"wrote {args.out}"])
 
     from experiment.loading import select_device
-    device = select_device(args.device)
+    device = select_device(args.device, option="--device")
     if args.command == "wordsim":
         from analysis.wordsim import by_head, read_benchmarks, score_runs, write_wordsim
         folder = args.benchmarks or (os.environ.get("AWD_DATA_DIR") and

@@ -18,6 +18,7 @@ once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
@@ -36,6 +37,8 @@ from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import select_device, set_float32_precision
+from experiment.progress import EpochProgress
+from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 from model import build_model, count_parameters
 
 
@@ -62,6 +65,31 @@ def regularized_loss(out, alpha: float, beta: float):
     ar = alpha * out.dropped_output.pow(2).mean()
     tar = beta * (out.last_raw_output[1:] - out.last_raw_output[:-1]).pow(2).mean()
     return nll, nll + ar + tar
+
+
+def global_norm(tensors) -> torch.Tensor:
+    """The 2-norm of all `tensors` as one vector, as clip_grad_norm_ computes it; a tensor on
+    their device, read at the caller's one sync per step."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.detach()) for t in tensors]))
+
+
+def extremes(tensors) -> torch.Tensor:
+    """The smallest and largest entry of every tensor: all finite exactly when every entry is
+    (aminmax propagates NaN; unlike a norm it cannot overflow, and it is as cheap on a CPU)."""
+    return torch.stack([value for t in tensors for value in torch.aminmax(t.detach())])
+
+
+def describe_last_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a stopped run can be continued from, read from the file itself."""
+    path = run_dir / "last.pt"
+    if not path.is_file():
+        return f"no checkpoint has been written yet (none in {run_dir})"
+    try:   # mmap: only the progress record is read, not the tensors
+        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"]
+    except Exception:
+        return f"{path} is untouched (but not readable as a checkpoint)"
+    return (f"the last checkpoint, {path} (epoch {progress['epoch']}, step {progress['step']}), "
+            f"is untouched")
 
 
 def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
@@ -143,19 +171,33 @@ class Trainer:
             loss = loss * weight
             loss.backward()
             totals += torch.stack([nll.detach() * weight, loss.detach()])
-        step_nll, step_loss = totals.tolist()              # one device sync per step
-        if not math.isfinite(step_loss):
-            raise TrainingStopped(
-                f"non-finite loss ({step_loss}) at step {self.step + 1} (epoch {self.epoch}); "
-                f"no update was made and {self.run_dir / 'last.pt'} is the last good checkpoint", 3)
         if t.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, t.clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.clip)
+        else:
+            grad_norm = global_norm([p.grad for p in self.params if p.grad is not None])
         self.optimizer.step()
+        # One device sync per step for every check: a finite loss can still give an infinite
+        # gradient, and a finite gradient times a huge lr can still give infinite weights.
+        checks = torch.cat([totals, grad_norm.reshape(1), extremes(self.params)]).tolist()
+        step_nll, step_loss, norm = checks[:3]
+        if not all(map(math.isfinite, checks)):
+            raise TrainingStopped(self.non_finite_message(step_loss, norm), 3)
         self.step += 1
         self.position += seq_len     # the sampled length, as in the original code
         self.epoch_nll_sum += step_nll * targets.numel()
         self.epoch_tokens += targets.numel()
         return step_nll
+
+    def non_finite_message(self, loss: float, grad_norm: float) -> str:
+        if not math.isfinite(loss):
+            what = f"non-finite loss ({loss})"
+        elif not math.isfinite(grad_norm):
+            what = f"non-finite gradient norm ({grad_norm}) with a finite loss ({loss:.4g})"
+        else:
+            what = (f"non-finite weights after the update (gradient norm {grad_norm:.4g}, loss "
+                    f"{loss:.4g}; is train.lr too large?)")
+        return (f"{what} at step {self.step + 1} (epoch {self.epoch}); nothing of this step was "
+                f"saved; {describe_last_checkpoint(self.run_dir)}")
 
     # ------------------------------------------------------------------ one epoch
     def train_epoch(self) -> bool:
@@ -164,30 +206,28 @@ class Trainer:
         if self.hidden is None:
             self.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
         steps = self.train_data.size(0)
-        bar = tqdm(total=steps - 2, initial=min(self.position, steps - 2), unit="tok",
-                   desc=f"epoch {self.epoch}", leave=False, disable=None, dynamic_ncols=True)
-        started, nll_sum, nll_count = time.time(), 0.0, 0
+        progress = EpochProgress(self.config, self.epoch, self.step, self.position, steps - 2)
+        started = time.time()
         try:
             while self.position < steps - 1 - 1:
                 if (run.max_steps and self.step >= run.max_steps) or self.stop_signal:
                     self.epoch_seconds += time.time() - started
                     self.save_last()
                     return False
-                before = self.position
                 nll = self.train_step()
-                bar.update(min(self.position, steps - 2) - before)
-                nll_sum, nll_count = nll_sum + nll, nll_count + 1
-                if self.step % run.log_interval == 0:
-                    bar.set_postfix(loss=f"{nll_sum / nll_count:.3f}",
-                                    ppl=f"{perplexity(nll_sum / nll_count):.1f}")
-                    self.scalar("train/step_loss", nll_sum / nll_count)
-                    nll_sum, nll_count = 0.0, 0
-                if run.checkpoint_every_steps and self.step % run.checkpoint_every_steps == 0:
+                mean_nll = progress.update(self.step, self.position, nll)
+                if mean_nll is not None:
+                    self.scalar("train/step_loss", mean_nll)
+                # Not after the epoch's last step: end_epoch saves last.pt right after validating,
+                # and a checkpoint at the step where the epoch's results are logged would leave
+                # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
+                if (run.checkpoint_every_steps and self.step % run.checkpoint_every_steps == 0
+                        and self.position < steps - 2):
                     self.epoch_seconds += time.time() - started
                     started = time.time()
                     self.save_last()
         finally:
-            bar.close()
+            progress.close()
         self.epoch_seconds += time.time() - started
         return True
 
@@ -250,11 +290,13 @@ class Trainer:
                 + (" | switching to ASGD" if record.get("switched_to_asgd") else "")
                 + (" | no longer improving: done" if record.get("early_stop") else ""))
         tqdm.write(line)
+        sys.stdout.flush()                 # a log file shows the epoch now, not at exit
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         for key in ("train_ppl", "val_ppl", "seconds"):
             self.scalar(f"epoch/{key}", record[key])
-        self.scalar("epoch/asgd", float(self.averaging))
+        # The optimizer this epoch trained with, as metrics.jsonl says (not the one it switched to).
+        self.scalar("epoch/asgd", float(record["optimizer"] == "ASGD"))
 
     def install_signal_handlers(self) -> dict:
         """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills."""
@@ -362,8 +404,14 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
         run_dir = Path(args.resume)
         ckpt_path = run_dir / "last.pt"
         ckpt = checkpoint.load(ckpt_path)
+        checkpoint.require_kind(ckpt, "last", ckpt_path, "--resume continues a run from the "
+                                "last.pt train.py writes")
         for text in args.overrides:
-            key = ".".join(parse_override(text)[0])
+            keys, value = parse_override(text)
+            key = ".".join(keys)
+            if key == "run.dir" and Path(str(value)).resolve() != run_dir.resolve():
+                raise ConfigError(f"override {text!r}: a resumed run stays in {run_dir}; copy "
+                                  f"the directory and resume the copy to continue it elsewhere")
             if not key.startswith(RESUMABLE_OVERRIDES):
                 raise ConfigError(f"override {text!r}: only run.* and data.data_dir can change "
                                   f"when resuming; {key} is fixed by {ckpt_path}")
@@ -384,66 +432,150 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     return config, run_dir, None
 
 
+def run_to_resume(run_dir: Path) -> RunLock:
+    """The lock of a run directory that holds a last.pt (taken before reading it: no other
+    process writes it then)."""
+    if not (run_dir / "last.pt").is_file():
+        raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a "
+                              f"run directory in which train.py saved last.pt")
+    return RunLock(run_dir)
+
+
+def check_splits(config: Config, corpus) -> None:
+    """Every split long enough for its batch size (the test split's is used by evaluate.py
+    after training: better to hear it now than after the last epoch)."""
+    t = config.train
+    corpus.check_batchable("train", t.batch_size, "train.batch_size", min_rows=3)
+    corpus.check_batchable("valid", t.eval_batch_size, "train.eval_batch_size")
+    corpus.check_batchable("test", t.test_batch_size, "train.test_batch_size")
+
+
+def run_identity(config: Config, model, corpus) -> dict:
+    """What run.json records about a run, and what a checkpoint continuing it must match."""
+    return {"params": count_parameters(model), "vocab_size": corpus.vocab_size,
+            "dataset": config.data.dataset, "head": config.head_name, "seed": config.train.seed}
+
+
+def check_same_run(run_dir: Path, ckpt_path: Path, identity: dict) -> None:
+    """Refuse a last.pt that is not the run run.json describes (copied from another run)."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e}); it should describe the run") from None
+    for key, value in identity.items():
+        if key in saved and saved[key] != value:
+            raise CheckpointError(f"{ckpt_path}: {key} is {value!r} in the checkpoint but "
+                                  f"{saved[key]!r} in {path}: it belongs to another run")
+
+
+def load_initial_weights(model, path: str, corpus) -> None:
+    try:
+        init = checkpoint.load(path)
+        checkpoint.check_vocabulary(init, corpus, path)
+        checkpoint.load_model_state(model, init["model"], path)
+    except CheckpointError as e:
+        raise CheckpointError(f"train.init_from: {e}") from None
+
+
+def keep_epochs(path: Path, completed: int) -> None:
+    """Cut metrics.jsonl to the epochs the checkpoint has completed (a run killed after an
+    epoch's line but before that epoch's last.pt redoes the epoch and writes the line again)."""
+    if not path.is_file():
+        return
+    lines, kept = path.read_text(encoding="utf-8").splitlines(keepends=True), []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break                      # a line cut short by a crash: it and what follows go
+        if not line.endswith("\n") or record.get("epoch", completed + 1) > completed:
+            break
+        kept.append(line)
+    if len(kept) < len(lines):
+        write_text_atomic(path, "".join(kept))
+
+
+def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) -> None:
+    if config.run.device == "auto" and device.type == "cpu" and params > 1_000_000:
+        # The figures: benchmarks/bench_step.py on a 2-core VM (1.6 s a step, ~680 steps an
+        # epoch) and SPEC's ~55 s an epoch on a V100.
+        print(f"warning: run.device=auto found no usable CUDA GPU, so this {params / 1e6:.1f}M-"
+              f"parameter model trains on the CPU, many times slower than on a GPU (the PTB "
+              f"Softmax model: ~18 min an epoch on 2 CPU cores, ~1 min on a V100); the progress "
+              f"lines show the real pace; set run.device=cpu to do this on purpose", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        config, run_dir, resume_ckpt = resolve_run(args)
-        device = select_device(config.run.device)
-        corpus = load_corpus(config.data.dataset, config.data.data_dir)
-    except (ConfigError, CheckpointError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-    set_float32_precision(config.run.tf32)
-    torch.manual_seed(config.train.seed)
-    model = build_model(config, corpus.vocab_size)
-    if args.dry_run:
-        print(config.to_yaml(), end="")
-        print(json.dumps({"params": count_parameters(model), "vocab_size": corpus.vocab_size,
-                          "dataset": config.data.dataset, "head": config.head_name,
-                          "device": str(device)}))
-        return 0
-
-    if resume_ckpt is None and (run_dir / "last.pt").exists():
-        print(f"error: {run_dir} already holds a run; continue it with "
-              f"python train.py --resume {run_dir} or choose another run.dir", file=sys.stderr)
-        return 2
-    if resume_ckpt is None and config.train.init_from:
+    with contextlib.ExitStack() as run_dir_lock:      # held until training ends
         try:
-            init = checkpoint.load(config.train.init_from)
-            checkpoint.check_vocabulary(init, corpus, config.train.init_from)
-            checkpoint.load_model_state(model, init["model"], config.train.init_from)
-        except CheckpointError as e:
-            print(f"error: train.init_from: {e}", file=sys.stderr)
+            # Everything is checked before anything is written into the run directory.
+            if args.resume:
+                run_dir_lock.enter_context(run_to_resume(Path(args.resume)))
+            config, run_dir, resume_ckpt = resolve_run(args)
+            device = select_device(config.run.device)
+            corpus = load_corpus(config.data.dataset, config.data.data_dir,
+                                 allow_modified=config.data.allow_modified_corpus)
+            check_splits(config, corpus)
+            set_float32_precision(config.run.tf32)
+            torch.manual_seed(config.train.seed)
+            model = build_model(config, corpus.vocab_size)
+            identity = run_identity(config, model, corpus)
+            if args.dry_run:
+                print(config.to_yaml(), end="")
+                print(json.dumps({**identity, "device": str(device)}))
+                return 0
+            if resume_ckpt is None and config.train.init_from:
+                load_initial_weights(model, config.train.init_from, corpus)
+            model.to(device)
+            trainer = Trainer(config, model, corpus, run_dir, device)
+            if resume_ckpt is not None:
+                ckpt_path = run_dir / "last.pt"
+                checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
+                check_same_run(run_dir, ckpt_path, identity)
+                checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path,
+                                        "optimizer state")
+                trainer.load_last(resume_ckpt, ckpt_path)     # shapes and finite weights checked
+            else:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                run_dir_lock.enter_context(RunLock(run_dir))
+                if (run_dir / "last.pt").exists():
+                    raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
+                                            f"train.py --resume {run_dir} or choose another run.dir")
+            keep_epochs(run_dir / "metrics.jsonl", completed=trainer.epoch - 1)
+            write_text_atomic(run_dir / "config.yaml", config.to_yaml())
+            if resume_ckpt is None:
+                write_text_atomic(run_dir / "run.json", json.dumps(
+                    {**identity, "device": str(device), "torch": torch.__version__}, indent=1) + "\n")
+        except (ConfigError, CheckpointError, DataError, RunDirectoryError) as e:
+            print(f"error: {e}", file=sys.stderr)
             return 2
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-    if resume_ckpt is None:
-        (run_dir / "run.json").write_text(json.dumps({
-            "params": count_parameters(model), "vocab_size": corpus.vocab_size,
-            "dataset": config.data.dataset, "head": config.head_name, "seed": config.train.seed,
-            "device": str(device), "torch": torch.__version__}, indent=1) + "\n", encoding="utf-8")
-    model.to(device)
-    trainer = Trainer(config, model, corpus, run_dir, device)
-    try:
-        if resume_ckpt is not None:
-            checkpoint.check_vocabulary(resume_ckpt, corpus, run_dir / "last.pt")
-            trainer.load_last(resume_ckpt, run_dir / "last.pt")
-    except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return run_training(trainer, config, run_dir, device, resumed=resume_ckpt is not None)
 
+
+def run_training(trainer: Trainer, config: Config, run_dir: Path, device: torch.device, resumed: bool) -> int:
+    warn_if_cpu_by_default(config, device, count_parameters(trainer.model))
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
-          f"{count_parameters(model):,} parameters | device {device}"
-          + (f" | resumed at epoch {trainer.epoch}, step {trainer.step}" if resume_ckpt else ""))
+          f"{count_parameters(trainer.model):,} parameters | device {device}"
+          + (f" | resumed at epoch {trainer.epoch}, step {trainer.step}" if resumed else ""),
+          flush=True)
     if config.run.tensorboard:
         from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
-        trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.step + 1)
+        # purge_step: events logged after last.pt was saved are dropped; they are logged again.
+        trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.step + 1,
+                                       flush_secs=30)
     try:
         trainer.fit()
     except TrainingStopped as e:
         print(f"stopped: {e}", file=sys.stderr)
         return e.exit_code
+    except (RunDirectoryError, OSError) as e:          # a full disk, a vanished directory
+        reason = e if isinstance(e, RunDirectoryError) else f"cannot write into {run_dir} ({e.strerror or e})"
+        print(f"error: {reason}; training stopped at step {trainer.step}", file=sys.stderr)
+        return 1
     finally:
         if trainer.writer is not None:
             trainer.writer.close()

@@ -21,7 +21,9 @@ import numpy as np
 import torch
 
 from .download import (
+    CHECKSUMS,
     SPLIT_FILES,
+    TOKEN_COUNTS,
     DataError,
     check_dataset,
     ensure_corpus,
@@ -47,6 +49,7 @@ class Corpus:
     train: torch.Tensor  # 1-D int64 ids
     valid: torch.Tensor
     test: torch.Tensor
+    folder: Path | None = None  # where the split files were read from
 
     @property
     def vocab_size(self) -> int:
@@ -64,6 +67,16 @@ class Corpus:
     def vocab_sha256(self) -> str:
         """Identifies the vocabulary; checkpoints store it to detect a mismatch."""
         return vocab_sha256(self.vocab)
+
+    def check_batchable(self, split: str, batch_size: int, setting: str, min_rows: int = 2) -> None:
+        """DataError unless `split` cut into `batch_size` columns gives at least `min_rows` rows
+        (evaluation needs 2: one input and its target; a training step 3). `setting` names the
+        option that chose the batch size."""
+        tokens = len(getattr(self, split))
+        if tokens // batch_size < min_rows:
+            where = self.folder / f"{split}.txt" if self.folder else f"the {split} split"
+            raise DataError(f"{where}: {tokens:,} tokens, too few for {setting}={batch_size} "
+                            f"(needs at least {min_rows * batch_size:,} tokens)")
 
 
 def vocab_sha256(vocab: Sequence[str]) -> str:
@@ -88,9 +101,13 @@ def load_corpus(
     *,
     download: bool = True,
     cache_dir: str | Path | None = None,
+    allow_modified: bool = False,
 ) -> Corpus:
     """Load `dataset` ("ptb" or "wikitext-2") from `<data dir>/<dataset>/`,
-    downloading it first if allowed, and tokenise it (or reuse cached ids)."""
+    downloading it first if allowed, and tokenise it (or reuse cached ids).
+
+    Split files whose sha256 is not the published one are refused (a DataError naming the
+    file and its token count) unless `allow_modified`."""
     check_dataset(dataset)
     root = resolve_data_dir(data_dir)
     folder = root / dataset
@@ -104,20 +121,44 @@ def load_corpus(
         ensure_corpus(dataset, root)
 
     paths = [folder / name for name in SPLIT_FILES]
-    key = _cache_key(paths)
+    hashes = [file_sha256(p) for p in paths]  # read once: for the cache key and the check
+    key = _cache_key(hashes)
     cache_path = resolve_cache_dir(cache_dir) / f"{dataset}-{key[:32]}.npz"
     cached = _read_cache(cache_path, key)
     if cached is None:
         cached = tokenize(paths)
         _write_cache(cache_path, key, *cached)
-    vocab, (train, valid, test) = cached
+    vocab, arrays = cached
+    if not allow_modified:
+        _check_published(dataset, paths, hashes, arrays)
+    train, valid, test = arrays
     return Corpus(
         name=dataset,
         vocab=vocab,
         train=_as_tensor(train),
         valid=_as_tensor(valid),
         test=_as_tensor(test),
+        folder=folder,
     )
+
+
+def _check_published(
+    dataset: str, paths: Sequence[Path], hashes: Sequence[str], arrays: Sequence[np.ndarray]
+) -> None:
+    """Refuse a split file that is not byte for byte the published one (a half-copied
+    train.txt trains without complaint otherwise)."""
+    for path, digest, ids in zip(paths, hashes, arrays):
+        if digest == CHECKSUMS[dataset][path.name]:
+            continue
+        expected = TOKEN_COUNTS[dataset][path.name]
+        difference = (
+            "its bytes differ" if len(ids) == expected else f"expected {expected:,} tokens"
+        )
+        raise DataError(
+            f"{path}: {len(ids):,} tokens, not the published {dataset} {path.stem} split "
+            f"({difference}; sha256 {digest[:12]}... instead of {CHECKSUMS[dataset][path.name][:12]}...); "
+            f"restore the file, or set data.allow_modified_corpus=true to use it on purpose"
+        )
 
 
 class _Vocabulary(dict):
@@ -158,9 +199,9 @@ def _as_tensor(ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(ids.astype(np.int64))
 
 
-def _cache_key(paths: Sequence[Path]) -> str:
+def _cache_key(file_hashes: Sequence[str]) -> str:
     """Changes whenever a source file's bytes or the cache version change."""
-    parts = [f"v{CACHE_VERSION}"] + [file_sha256(p) for p in paths]
+    parts = [f"v{CACHE_VERSION}"] + list(file_hashes)
     return hashlib.sha256(" ".join(parts).encode("ascii")).hexdigest()
 
 

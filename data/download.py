@@ -86,6 +86,14 @@ CHECKSUMS: dict[str, dict[str, str]] = {
 }
 
 
+# Tokens of each split file (its words plus one <eos> per line; SPEC section 1). With the
+# checksums they let a mismatch say how far a file on disk is from the published one.
+TOKEN_COUNTS: dict[str, dict[str, int]] = {
+    "ptb": {"train.txt": 929_589, "valid.txt": 73_760, "test.txt": 82_430},
+    "wikitext-2": {"train.txt": 2_088_628, "valid.txt": 217_646, "test.txt": 245_569},
+}
+
+
 class _SourceFailed(Exception):
     """One URL did not yield a verified corpus; the message is the short reason."""
 

@@ -6,10 +6,11 @@ torch.load(weights_only=True).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
+
+from .run_directory import write_atomic
 
 FORMAT = "awd-lstm-heads/1"
 
@@ -19,22 +20,9 @@ class CheckpointError(Exception):
 
 
 def save_atomic(obj: dict, path: str | Path) -> None:
-    """Write `obj` to `path` so that a crash at any moment leaves either the old file or the new."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)   # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    """Write `obj` to `path` so that a crash at any moment leaves either the old file or the new;
+    a failed write (a full disk) raises RunDirectoryError and leaves no temporary file."""
+    write_atomic(path, lambda f: torch.save(obj, f))
 
 
 def load(path: str | Path, map_location="cpu") -> dict:
@@ -57,6 +45,27 @@ def resolve_checkpoint_path(path: str | Path, name: str = "best.pt") -> Path:
     return path / name if path.is_dir() else path
 
 
+def require_kind(ckpt: dict, kind: str, path, why: str) -> None:
+    """A best.pt holds weights only; continuing a run needs a last.pt (optimizer, progress)."""
+    if ckpt.get("kind") != kind:
+        raise CheckpointError(f"{path}: a {ckpt.get('kind')!r} checkpoint, not a {kind!r} one; "
+                              f"{why}")
+
+
+def optimizer_tensors(ckpt: dict) -> dict:
+    """The tensors of a last.pt's optimizer state (the ASGD averages among them), by name."""
+    state = ckpt["optimizer"]["state"]["state"]
+    return {f"optimizer.{i}.{key}": value for i, entry in state.items() for key, value in entry.items()}
+
+
+def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
+    """resolve_checkpoint_path, and a CheckpointError when there is no such file."""
+    resolved = resolve_checkpoint_path(path, name)
+    if not resolved.is_file():
+        raise CheckpointError(f"{resolved}: checkpoint not found")
+    return resolved
+
+
 def check_vocabulary(ckpt: dict, corpus, path) -> None:
     if ckpt["vocab_size"] != corpus.vocab_size or ckpt["vocab_sha256"] != corpus.vocab_sha256:
         raise CheckpointError(
@@ -65,8 +74,18 @@ def check_vocabulary(ckpt: dict, corpus, path) -> None:
             f"check data.dataset and the data directory")
 
 
+def check_finite(tensors: dict, path, what: str = "weights") -> None:
+    """CheckpointError if any tensor of `tensors` holds a NaN or an infinity."""
+    bad = [key for key, t in tensors.items()
+           if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"{path}: non-finite {what} ({len(bad)} of {len(tensors)} tensors "
+                              f"hold NaN or inf, e.g. {bad[0]}); the training that wrote it diverged")
+
+
 def load_model_state(model: torch.nn.Module, state: dict, path) -> None:
-    """load_state_dict with a one-line error for missing, unexpected or mis-shaped entries."""
+    """load_state_dict with a one-line error for missing, unexpected, mis-shaped or non-finite
+    entries."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
@@ -77,6 +96,7 @@ def load_model_state(model: torch.nn.Module, state: dict, path) -> None:
         if tuple(state[key].shape) != tuple(tensor.shape):
             raise CheckpointError(f"{path}: {key} has shape {tuple(state[key].shape)} in the "
                                   f"checkpoint but {tuple(tensor.shape)} in the model the config builds")
+    check_finite(state, path)
     model.load_state_dict(state)
 
 

@@ -13,6 +13,8 @@ every run directory and inside every checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ def _positive(name: str, value) -> None:
 class DataConfig:
     dataset: Literal["ptb", "wikitext-2"]
     data_dir: Optional[str] = None          # null: $AWD_DATA_DIR, else corpora/ in the repository
+    allow_modified_corpus: bool = False     # accept split files whose sha256 is not the published one
 
 
 @dataclass(frozen=True)
@@ -98,21 +101,26 @@ class TrainConfig:
                              f"got {self.small_batch_size}")
 
 
+# What run.device (and the --device options of evaluate.py, rank.py, report.py) accept.
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+DEVICE_CHOICES = "auto, cpu, mps, cuda or cuda:N (N a GPU index)"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     dir: Optional[str] = None                   # null: runs/<dataset>-<head>-seed<seed>
     device: str = "auto"                        # auto (CUDA when present), cpu, cuda, cuda:1, ...
     max_steps: Optional[int] = None             # stop after this many optimizer steps (smoke tests)
     checkpoint_every_steps: Optional[int] = None  # also save last.pt every N steps
-    log_interval: int = 200                     # steps between progress-bar loss updates
+    log_interval: int = 200                     # steps between progress lines / loss updates
     tensorboard: bool = True
     tf32: bool = False                          # TensorFloat-32 in cuDNN LSTMs / matmuls (GPUs)
 
     def __post_init__(self):
         for name in ("max_steps", "checkpoint_every_steps", "log_interval"):
             _positive(name, getattr(self, name))
-        if not (self.device in ("auto", "cpu", "mps") or self.device.split(":")[0] == "cuda"):
-            raise ValueError(f"device: expected auto, cpu, mps, cuda or cuda:N, got {self.device!r}")
+        if not DEVICE_NAME.fullmatch(self.device):
+            raise ValueError(f"device: expected {DEVICE_CHOICES}, got {self.device!r}")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "run": RunConfig}
@@ -142,16 +150,59 @@ class Config:
 
 # ---------------------------------------------------------------- loading and merging
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as a person means it: a key written twice in one mapping is an error (PyYAML keeps
+    the last one), and 1e-6 or 1e30 are numbers (YAML 1.1 wants a dot and a signed exponent,
+    so PyYAML reads them as strings)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen and key != "<<":
+                raise _DuplicateKey(key, key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, mark):
+        super().__init__(key)
+        self.key, self.mark = key, mark
+
+
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str):
+    """One YAML document with the rules of _StrictLoader."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        text = path.read_text(encoding="utf-8")
+        data = parse_yaml(text)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a YAML config file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                          f"{e.start}); expected a YAML config file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+    except _DuplicateKey as e:
+        raise ConfigError(f"{path}: line {e.mark.line + 1}: key {e.key!r} is written twice in "
+                          f"the same mapping; keep one") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError(f"{path}:{where} not valid YAML ({problem})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -193,8 +244,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {text!r}: expected key=value, e.g. train.lr=30")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        value = parse_yaml(raw) if raw.strip() else None
+    except (yaml.YAMLError, _DuplicateKey):
         value = raw
     return key.strip().split("."), value
 
@@ -212,6 +263,8 @@ def _apply_override(raw: dict, text: str, origin: dict) -> None:
 
 # ---------------------------------------------------------------- typing and validation
 
+FLOAT32_MAX = 3.4028234663852886e38
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -219,11 +272,14 @@ def _type_name(tp) -> str:
     if origin is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(_type_name(a) for a in args) + " or null"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+    return {int: "an integer", float: "a finite float32 number", str: "a string",
+            bool: "true or false"}.get(tp, str(tp))
 
 
 def _coerce(tp, value):
-    """Return value as type tp, or raise TypeError. Integers are accepted for floats."""
+    """Return value as type tp, or raise TypeError. Integers are accepted for floats; inf, nan
+    and numbers beyond float32's range are not (the models compute in float32, and no setting
+    of this repository means anything with them)."""
     origin = typing.get_origin(tp)
     if origin is typing.Union:
         if value is None and type(None) in typing.get_args(tp):
@@ -249,7 +305,8 @@ def _coerce(tp, value):
             return value
         raise TypeError
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             return float(value)
         raise TypeError
     if tp is str:

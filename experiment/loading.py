@@ -9,16 +9,26 @@ import torch
 from data import load_corpus
 from model import LanguageModel, build_model
 from . import checkpoint
-from .config import Config, ConfigError, config_from_dict
+from .config import DEVICE_CHOICES, DEVICE_NAME, Config, ConfigError, config_from_dict
 
 
-def select_device(name: str = "auto") -> torch.device:
-    """auto: CUDA when present (cuDNN is then used by the LSTMs), else CPU."""
+def select_device(name: str = "auto", option: str = "run.device") -> torch.device:
+    """auto: CUDA when present (cuDNN is then used by the LSTMs), else CPU. A device that this
+    machine cannot use is a ConfigError naming `option` (the config key or command-line flag)."""
+    if not DEVICE_NAME.fullmatch(name):
+        raise ConfigError(f"{option}: expected {DEVICE_CHOICES}, got {name!r}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"run.device: {name!r} requested but CUDA is not available here")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{option}: {name!r} requested but CUDA is not available here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{option}: {name!r} requested but this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s) (cuda:0 ...)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{option}: 'mps' requested but the Apple MPS backend is not available "
+                          f"here (it needs macOS on Apple silicon and a PyTorch built with MPS)")
     return device
 
 
@@ -52,7 +62,8 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
     ckpt_path = checkpoint.resolve_checkpoint_path(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
-    corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir)
+    corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,
+                         allow_modified=config.data.allow_modified_corpus)
     checkpoint.check_vocabulary(ckpt, corpus, ckpt_path)
     model = build_model(config, corpus.vocab_size)
     checkpoint.load_model_state(model, ckpt["model"], ckpt_path)

@@ -10,6 +10,8 @@ from pathlib import Path
 # shared; one thread for this process and every subprocess it starts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import errno  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -56,7 +58,8 @@ def ptb_slice(shared_data_dir, tmp_path_factory) -> Path:
 # A model small enough that an epoch over `ptb_slice` takes about a second on CPU.
 TINY = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_size=4",
         "train.bptt=8", "train.max_seq_len_delta=4", "train.eval_batch_size=2",
-        "run.device=cpu", "run.log_interval=10", "run.tensorboard=false"]
+        "run.device=cpu", "run.log_interval=10", "run.tensorboard=false",
+        "data.allow_modified_corpus=true"]   # the fixtures are slices of PTB, not PTB
 
 
 @pytest.fixture
@@ -83,3 +86,25 @@ def tiny_run(small_data, tmp_path_factory) -> Path:
     assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={small_data}", *TINY,
                        "train.epochs=1", f"run.dir={run_dir}"]) == 0
     return run_dir
+
+
+def enospc_after(limit: int):
+    """A stand-in for torch.save that writes `limit` bytes and then finds the disk full (the
+    OSError reaches torch's writer, as from a real full disk)."""
+    real_save = torch.save
+
+    def save(obj, f):
+        class Full:
+            written = 0
+
+            def write(self, data):
+                if self.written + len(data) > limit:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                self.written += len(data)
+                return f.write(data)
+
+            def flush(self):
+                f.flush()
+
+        real_save(obj, Full())
+    return save

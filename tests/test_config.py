@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_overrides_are_typed():
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("train.lr=abc", "train.lr: expected a number, got 'abc'"),
+    ("train.lr=abc", "train.lr: expected a finite float32 number, got 'abc'"),
     ("train.batch_size=2.5", "train.batch_size: expected an integer"),
     ("train.foo=1", "unknown key train.foo"),
     ("model.dropout=1.5", "model.dropout: expected a probability in [0, 1), got 1.5"),
@@ -89,3 +90,81 @@ def test_train_py_reports_one_line_and_starts_nothing(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: override 'model.dropout=1.5': model.dropout: expected a probability in [0, 1), got 1.5"
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------- guard rails
+
+def float_keys() -> list[str]:
+    """Every float-valued key of every section and of every head's options."""
+    import dataclasses
+    import typing
+
+    from experiment.config import SECTIONS
+    from model.heads import HEADS
+
+    def floats(cls) -> list[str]:
+        hints = typing.get_type_hints(cls)
+        return [f.name for f in dataclasses.fields(cls)
+                if hints[f.name] is float or float in typing.get_args(hints[f.name])]
+
+    keys = [f"{section}.{name}" for section, cls in SECTIONS.items() for name in floats(cls)]
+    for head, cls in HEADS.items():
+        keys += [f"head.name={head} head.{name}" for name in floats(cls.Options)]
+    return keys
+
+
+@pytest.mark.parametrize("key", float_keys())
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN", "1e39", "-1e300"])
+def test_non_finite_values_are_refused_for_every_float_key(key, value):
+    *head, key = key.split()
+    gss_needs = ["head.c=0", "head.k=2"] if head == ["head.name=gss"] else []
+    message = error_of(overrides=[*head, *gss_needs, f"{key}={value}"])
+    assert f"{key}: expected a finite float32 number, got" in message
+
+
+def test_there_are_float_keys_in_every_section_and_head_option_family():
+    keys = " ".join(float_keys())
+    for key in ("model.dropout", "train.lr", "train.clip", "train.wdecay", "train.alpha",
+                "head.c", "head.k", "head.bound", "head.dropoutl"):
+        assert key in keys
+
+
+def test_non_finite_values_in_files_are_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: " + str((Path(PTB).parent / "base.yaml").resolve()) +
+                   "\nhead: {name: softmax}\ntrain: {clip: .nan}\n")
+    assert f"{bad}: train.clip: expected a finite float32 number, got nan" in error_of(bad)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1e-6", 1e-6), ("1e30", 1e30), ("1E+3", 1000.0), ("-2.5e-1", -0.25), ("1.0e5", 1e5),
+    (".5e1", 5.0), ("3", 3.0), ("0.25", 0.25),
+])
+def test_every_ordinary_way_to_write_a_number_is_a_number(text, expected, tmp_path):
+    assert load_config(PTB, [f"train.wdecay={text.lstrip('-')}"]).train.wdecay == abs(expected)
+    assert load_config(PTB, ["head.name=gss", f"head.c={text}", "head.k=2"]).head.c == expected
+    in_file = tmp_path / "numbers.yaml"
+    in_file.write_text(f"base: {Path(PTB).resolve()}\ntrain:\n  lr: {text.lstrip('-')}\n")
+    assert load_config(in_file).train.lr == abs(expected)
+
+
+def test_a_key_written_twice_in_a_file_is_an_error_naming_file_and_key(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(f"base: {Path(PTB).resolve()}\ntrain:\n  lr: 30\n  clip: 0.1\n  lr: 10\n")
+    message = error_of(twice)
+    assert str(twice) in message and "'lr'" in message and "twice" in message and "line 5" in message
+    sections = tmp_path / "sections.yaml"
+    sections.write_text(f"base: {Path(PTB).resolve()}\ntrain: {{lr: 30}}\ntrain: {{clip: 0.1}}\n")
+    assert "'train'" in error_of(sections)
+
+
+def test_unreadable_config_files_are_one_line(tmp_path):
+    assert f"{tmp_path}: is a directory" in error_of(tmp_path)
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("head: {name: softmax}  # café\n".encode("latin-1"))
+    assert f"{latin1}: not UTF-8 text" in error_of(latin1)
+
+
+@pytest.mark.parametrize("device", ["cuda:abc", "gpu", "cuda:0:1", "cpu:0x", "cuda:-1"])
+def test_device_names_are_checked(device):
+    assert "run.device: expected auto, cpu, mps, cuda or cuda:N" in error_of(overrides=[f"run.device={device}"])

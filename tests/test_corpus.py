@@ -40,6 +40,11 @@ def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("real-cache")
 
 
+def load_small(*args, **kwargs) -> Corpus:
+    """load_corpus for the small corpora written here, which are not the published files."""
+    return load_corpus(*args, allow_modified=True, **kwargs)
+
+
 def write_corpus(root: Path, dataset: str = "ptb", files: dict[str, str] = SMALL) -> Path:
     folder = root / dataset
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,7 +125,7 @@ def test_real_corpus_second_load_comes_from_cache(
 
 def test_small_corpus_tokenisation(tmp_path: Path):
     write_corpus(tmp_path)
-    corpus = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    corpus = load_small("ptb", tmp_path, cache_dir=tmp_path / "cache")
     # Every line, the empty one included, ends with <eos>.
     assert corpus.vocab == ["the", "cat", "sat", "<eos>", "dog", "a", "bird"]
     assert corpus.train.tolist() == [0, 1, 2, 3, 3, 0, 4, 2, 3]
@@ -130,24 +135,24 @@ def test_small_corpus_tokenisation(tmp_path: Path):
 
 def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     write_corpus(tmp_path)
-    first = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    first = load_small("ptb", tmp_path, cache_dir=tmp_path / "cache")
     forbid_tokenize(monkeypatch)
-    second = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    second = load_small("ptb", tmp_path, cache_dir=tmp_path / "cache")
     assert_same_corpus(first, second)
 
 
 def test_cache_dir_from_environment(tmp_path: Path, isolated_cache: Path):
     write_corpus(tmp_path)
-    load_corpus("ptb", tmp_path)
+    load_small("ptb", tmp_path)
     assert len(list(isolated_cache.glob("ptb-*.npz"))) == 1
 
 
 def test_cache_is_keyed_by_file_checksums(tmp_path: Path):
     folder = write_corpus(tmp_path)
     cache = tmp_path / "cache"
-    load_corpus("ptb", tmp_path, cache_dir=cache)
+    load_small("ptb", tmp_path, cache_dir=cache)
     (folder / "test.txt").write_text("the zebra\n", encoding="utf-8")
-    edited = load_corpus("ptb", tmp_path, cache_dir=cache)
+    edited = load_small("ptb", tmp_path, cache_dir=cache)
     assert edited.vocab[-1] == "zebra"
     assert edited.test.tolist() == [0, 6, 3]
     assert len(list(cache.glob("ptb-*.npz"))) == 2
@@ -159,7 +164,7 @@ def test_corrupt_cache_is_rebuilt(
 ):
     write_corpus(tmp_path)
     cache = tmp_path / "cache"
-    good = load_corpus("ptb", tmp_path, cache_dir=cache)
+    good = load_small("ptb", tmp_path, cache_dir=cache)
     (cache_file,) = cache.glob("ptb-*.npz")
     content = cache_file.read_bytes()
     damaged = {
@@ -170,24 +175,24 @@ def test_corrupt_cache_is_rebuilt(
     cache_file.write_bytes(damaged[damage])
 
     with caplog.at_level(logging.WARNING, logger="data.corpus"):
-        rebuilt = load_corpus("ptb", tmp_path, cache_dir=cache)
+        rebuilt = load_small("ptb", tmp_path, cache_dir=cache)
     assert_same_corpus(good, rebuilt)
     assert len(caplog.records) == 1 and "cache" in caplog.records[0].getMessage()
     # The rebuilt cache is valid again.
     forbid_tokenize(monkeypatch)
-    assert_same_corpus(good, load_corpus("ptb", tmp_path, cache_dir=cache))
+    assert_same_corpus(good, load_small("ptb", tmp_path, cache_dir=cache))
 
 
 def test_cache_with_out_of_range_ids_is_rebuilt(tmp_path: Path):
     write_corpus(tmp_path)
     cache = tmp_path / "cache"
-    good = load_corpus("ptb", tmp_path, cache_dir=cache)
+    good = load_small("ptb", tmp_path, cache_dir=cache)
     (cache_file,) = cache.glob("ptb-*.npz")
     with np.load(cache_file) as npz:
         arrays = dict(npz)
     arrays["train"] = arrays["train"] + 100
     np.savez(cache_file, **arrays)
-    assert_same_corpus(good, load_corpus("ptb", tmp_path, cache_dir=cache))
+    assert_same_corpus(good, load_small("ptb", tmp_path, cache_dir=cache))
 
 
 def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture):
@@ -195,7 +200,7 @@ def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path, caplog: pytest.LogCap
     blocker = tmp_path / "a-file"
     blocker.write_text("")  # a directory cannot be created below a file, even as root
     with caplog.at_level(logging.WARNING, logger="data.corpus"):
-        corpus = load_corpus("ptb", tmp_path, cache_dir=blocker / "cache")
+        corpus = load_small("ptb", tmp_path, cache_dir=blocker / "cache")
     assert corpus.vocab_size == 7
     assert len(caplog.records) == 1 and "continuing without" in caplog.records[0].getMessage()
     assert list(tmp_path.glob("**/*.tmp")) == []
@@ -204,7 +209,7 @@ def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path, caplog: pytest.LogCap
 def test_cache_files_are_not_pickles(tmp_path: Path):
     write_corpus(tmp_path)
     cache = tmp_path / "cache"
-    load_corpus("ptb", tmp_path, cache_dir=cache)
+    load_small("ptb", tmp_path, cache_dir=cache)
     (cache_file,) = cache.glob("ptb-*.npz")
     with np.load(cache_file, allow_pickle=False) as npz:
         assert all(npz[name].dtype != object for name in npz.files)
@@ -233,7 +238,7 @@ def test_unknown_dataset_lists_valid_names(tmp_path: Path):
 def test_missing_split_file_without_download(tmp_path: Path):
     write_corpus(tmp_path, files={"train.txt": "a\n", "valid.txt": "b\n"})
     with pytest.raises(DataError) as info:
-        load_corpus("ptb", tmp_path, download=False)
+        load_small("ptb", tmp_path, download=False)
     message = str(info.value)
     assert str(tmp_path / "ptb" / "test.txt") in message
     assert "\n" not in message
@@ -247,7 +252,7 @@ def test_missing_files_trigger_the_downloader(tmp_path: Path, monkeypatch: pytes
         return write_corpus(Path(data_dir), dataset)
 
     monkeypatch.setattr(corpus_module, "ensure_corpus", fake_ensure_corpus)
-    corpus = load_corpus("wikitext-2", tmp_path, cache_dir=tmp_path / "cache")
+    corpus = load_small("wikitext-2", tmp_path, cache_dir=tmp_path / "cache")
     assert calls == [("wikitext-2", tmp_path)]
     assert corpus.name == "wikitext-2" and corpus.vocab_size == 7
 
@@ -256,4 +261,63 @@ def test_non_utf8_file_gives_a_data_error(tmp_path: Path):
     folder = write_corpus(tmp_path)
     (folder / "valid.txt").write_bytes(b"caf\xe9\n")
     with pytest.raises(DataError, match="valid.txt as UTF-8"):
+        load_small("ptb", tmp_path, cache_dir=tmp_path / "cache")
+
+
+# --- the corpus read is the corpus meant -----------------------------------------
+
+
+def copy_ptb(shared_data_dir: Path, root: Path, train_lines: int | None = None) -> Path:
+    """The real PTB files in root/ptb, train.txt cut to its first `train_lines` lines."""
+    folder = root / "ptb"
+    folder.mkdir(parents=True)
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (folder / name).write_bytes((shared_data_dir / "ptb" / name).read_bytes())
+    if train_lines is not None:
+        lines = (folder / "train.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (folder / "train.txt").write_text("".join(lines[:train_lines]), encoding="utf-8")
+    return folder
+
+
+def test_a_modified_corpus_is_refused_naming_the_file_and_its_token_count(
+    shared_data_dir: Path, tmp_path: Path
+):
+    folder = copy_ptb(shared_data_dir, tmp_path, train_lines=21_034)    # half of train.txt
+    with pytest.raises(DataError) as info:
         load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    message = str(info.value)
+    half = load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache", allow_modified=True)
+    assert message.startswith(f"{folder / 'train.txt'}: {len(half.train):,} tokens")
+    assert "expected 929,589 tokens" in message and "data.allow_modified_corpus=true" in message
+    assert "\n" not in message and half.vocab_size < 10_000
+
+
+def test_same_token_count_but_other_bytes_is_refused(shared_data_dir: Path, tmp_path: Path):
+    folder = copy_ptb(shared_data_dir, tmp_path)
+    text = (folder / "test.txt").read_text(encoding="utf-8")
+    (folder / "test.txt").write_text(text.replace(" the ", " teh ", 1), encoding="utf-8")
+    with pytest.raises(DataError, match=r"test.txt: 82,430 tokens, .*its bytes differ"):
+        load_corpus("ptb", tmp_path, cache_dir=tmp_path / "cache")
+
+
+def test_each_file_is_hashed_once_per_load(
+    shared_data_dir: Path, real_cache: Path, monkeypatch: pytest.MonkeyPatch
+):
+    hashed = []
+    real_sha256 = corpus_module.file_sha256
+    monkeypatch.setattr(corpus_module, "file_sha256", lambda p: hashed.append(p) or real_sha256(p))
+    for _ in range(2):        # tokenised, then from the cache: the same hashes serve both
+        load_corpus("ptb", shared_data_dir, download=False, cache_dir=real_cache)
+    assert sorted(p.name for p in hashed) == sorted(["train.txt", "valid.txt", "test.txt"] * 2)
+
+
+def test_split_too_short_for_a_batch_size_names_file_and_setting(tmp_path: Path):
+    folder = write_corpus(tmp_path)
+    corpus = load_small("ptb", tmp_path, cache_dir=tmp_path / "cache")
+    corpus.check_batchable("valid", 1, "train.eval_batch_size")        # 3 tokens: 3 rows
+    with pytest.raises(DataError) as info:
+        corpus.check_batchable("valid", 2, "train.eval_batch_size")
+    assert str(info.value) == (f"{folder / 'valid.txt'}: 3 tokens, too few for "
+                               f"train.eval_batch_size=2 (needs at least 4 tokens)")
+    with pytest.raises(DataError, match="train.txt: 9 tokens, too few for train.batch_size=4"):
+        corpus.check_batchable("train", 4, "train.batch_size", min_rows=3)

@@ -38,3 +38,29 @@ def test_a_row_script_trains_evaluates_ranks_and_resumes(ptb_slice, tmp_path):
     again = subprocess.run(args, capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr
     assert "resumed at epoch 2" in again.stdout
+
+
+@pytest.mark.parametrize("spec", [None, "torch==2.12.1"])
+def test_setup_installs_the_torch_ci_tests_unless_told_and_says_what_it_installed(spec, tmp_path):
+    """scripts/setup.sh with a stand-in venv whose python records pip's arguments (and runs the
+    real interpreter for the final report)."""
+    import torch
+    venv, log = tmp_path / "venv", tmp_path / "pip.log"
+    (venv / "bin").mkdir(parents=True)
+    stub = venv / "bin" / "python"
+    stub.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+                    f'echo "$@" >> {log}\n')
+    stub.chmod(0o755)
+    env = dict(os.environ, VENV=str(venv))
+    env.pop("TORCH_SPEC", None)
+    if spec:
+        env["TORCH_SPEC"] = spec
+    proc = subprocess.run(["bash", "scripts/setup.sh"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    installs = [line.split()[4:] for line in log.read_text().splitlines()
+                if line.startswith("-m pip install -q")]
+    assert installs[1] == [spec or "torch==2.13.0"] and installs[2] == ["-r", "requirements.txt"]
+    cuda = torch.version.cuda or "none (a CPU build)"
+    assert proc.stdout.strip().splitlines()[-1] == (
+        f"installed torch {torch.__version__}, built for CUDA {cuda}; "
+        f"a CUDA GPU usable here: {torch.cuda.is_available()}")

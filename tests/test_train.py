@@ -103,7 +103,7 @@ def test_et_asgd_switches_after_the_configured_epoch(et_run):
 
 def test_validation_after_the_switch_uses_the_averaged_weights(et_run, ptb_slice):
     config = load_config(et_run / "config.yaml")
-    corpus = load_corpus("ptb", ptb_slice)
+    corpus = load_corpus("ptb", ptb_slice, allow_modified=True)
     last = torch.load(et_run / "last.pt", weights_only=True)
     model = build_model(config, corpus.vocab_size)
     model.load_state_dict(last["model"])
@@ -128,21 +128,56 @@ def test_evaluate_reproduces_the_best_validation_and_prints_json(et_run):
     assert math.isclose(result["test_ppl"], math.exp(result["test_loss"]))
     assert "test ppl" in proc.stdout
     best_record = min(metrics(et_run), key=lambda r: r["val_loss"])
-    assert result["epoch"] == best_record["epoch"] and result["step"] > 0
+    assert result["epoch"] == best_record["epoch"] and result["step"] == best_record["step"]
+    averaged = best_record["optimizer"] == "ASGD"      # validated on the averages after the switch
+    assert result["weights"] == ("averaged" if averaged else "raw") and result["epoch_complete"]
+    assert f"weights after epoch {best_record['epoch']} (step {best_record['step']})" in proc.stdout
+    assert ("the ASGD averages" in proc.stdout) == averaged
 
 
-def test_evaluate_reports_the_progress_of_last_pt(et_run):
+def test_evaluate_says_which_epoch_and_which_weights_last_pt_holds(et_run):
+    """last.pt of a finished 2-epoch run: the raw weights after epoch 2 (not "epoch 3")."""
     proc = cli("evaluate.py", str(et_run / "last.pt"), "--json")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    progress = torch.load(et_run / "last.pt", weights_only=True)["progress"]
-    assert (result["epoch"], result["step"]) == (progress["epoch"], progress["step"])
-    assert f"step {progress['step']}" in proc.stdout
+    last = metrics(et_run)[-1]
+    assert (result["epoch"], result["step"], result["epoch_complete"]) == (2, last["step"], True)
+    assert result["weights"] == "raw" and result["asgd"]
+    assert (f"weights after epoch 2 (step {last['step']}), raw (not the ASGD averages validation "
+            f"uses)") in proc.stdout
+    saved = json.loads((et_run / "eval_last.json").read_text())
+    assert {k: saved[k] for k in ("epoch", "weights")} == {"epoch": 2, "weights": "raw"}
+
+
+def test_evaluate_on_a_checkpoint_from_within_an_epoch(ptb_slice, tmp_path, tiny_overrides, capsys):
+    run_dir = tmp_path / "mid"
+    assert train.main([PTB, *tiny_overrides, "run.max_steps=7", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    assert evaluate.main([str(run_dir / "last.pt"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["epoch"], result["step"], result["epoch_complete"], result["weights"]) == (1, 7, False, "raw")
+
+
+def test_tensorboard_says_what_metrics_says(et_run):
+    records = metrics(et_run)
+    asgd = tensorboard_scalars(et_run, "epoch/asgd")
+    assert [value for _, value in asgd] == [float(r["optimizer"] == "ASGD") for r in records] == [0.0, 1.0]
+    val_ppl = tensorboard_scalars(et_run, "epoch/val_ppl")
+    assert [step for step, _ in val_ppl] == [r["step"] for r in records]
+    assert [v for _, v in val_ppl] == pytest.approx([r["val_ppl"] for r in records], rel=1e-6)
+
+
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of `tag` as TensorBoard shows it (purged events dropped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
 
 
 def make_trainer(ptb_slice, tmp_path, *overrides):
     from tests.conftest import TINY
     config = load_config(PTB, [f"data.data_dir={ptb_slice}", *TINY, f"run.dir={tmp_path}", *overrides])
-    corpus = load_corpus("ptb", ptb_slice)
+    corpus = load_corpus("ptb", ptb_slice, allow_modified=True)
     torch.manual_seed(0)
     model = build_model(config, corpus.vocab_size)
     return train.Trainer(config, model, corpus, tmp_path, torch.device("cpu"))

@@ -1,0 +1,88 @@
+"""What a person watching a training run sees during an epoch.
+
+In a terminal (stdout is a TTY) a tqdm bar counts real tokens (positions x batch size). In a
+log file (Slurm, nohup, the sweep's logs) a bar shows nothing until the epoch ends, so a plain
+line is printed every run.log_interval steps instead, as the original AWD-LSTM does:
+
+  epoch   3 |   300/  663 batches | step    1623 | 151.2 ms/step | 9,252 tok/s | loss 5.123 | ppl 167.85 | lr 20 | left: epoch 0:01:12, run 6:02:11
+
+"batches" counts the epoch's progress in units of bptt positions, as the original's batch
+counter does (a step's length varies around bptt); speed, loss and perplexity are those of the
+steps since the previous line; the time left is the training time at this epoch's pace so far
+(validation adds a few percent) to the end of the epoch and to the end of the run
+(train.epochs, or run.max_steps when that comes first).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+
+from tqdm import tqdm
+
+from .evaluation import perplexity
+
+
+class EpochProgress:
+    def __init__(self, config, epoch: int, step: int, position: int, last_position: int,
+                 interactive: bool | None = None):
+        train, run = config.train, config.run
+        self.interval, self.lr = run.log_interval, train.lr
+        self.batch_size, self.bptt = train.batch_size, train.bptt
+        self.epoch, self.epochs, self.max_steps = epoch, train.epochs, run.max_steps
+        self.last_position = last_position          # the epoch ends when position reaches it
+        self.interactive = sys.stdout.isatty() if interactive is None else interactive
+        self.position = min(position, last_position)
+        self.start = self.window = (time.time(), step, self.position)
+        self.nll_sum, self.nll_count = 0.0, 0
+        self.bar = None
+        if self.interactive:
+            self.bar = tqdm(total=last_position * self.batch_size,
+                            initial=self.position * self.batch_size, unit="tok", unit_scale=True,
+                            desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
+
+    def update(self, step: int, position: int, nll: float) -> float | None:
+        """Record one step; every log_interval steps report and return the mean NLL since the
+        last report (else None)."""
+        position = min(position, self.last_position)
+        if self.bar is not None:
+            self.bar.update((position - self.position) * self.batch_size)
+        self.position = position
+        self.nll_sum, self.nll_count = self.nll_sum + nll, self.nll_count + 1
+        if step % self.interval:
+            return None
+        mean = self.nll_sum / self.nll_count
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{perplexity(mean):.1f}")
+        else:
+            print(self.line(step, mean), flush=True)
+        self.window = (time.time(), step, position)
+        self.nll_sum, self.nll_count = 0.0, 0
+        return mean
+
+    def line(self, step: int, mean_nll: float) -> str:
+        now = time.time()
+        window_time, window_step, window_position = self.window
+        seconds = max(now - window_time, 1e-9)
+        ms_per_step = 1000 * seconds / max(step - window_step, 1)
+        tokens_per_s = (self.position - window_position) * self.batch_size / seconds
+        start_time, start_step, start_position = self.start
+        per_position = (now - start_time) / max(self.position - start_position, 1)
+        epoch_left = (self.last_position - self.position) * per_position
+        run_left = epoch_left + (self.epochs - self.epoch) * self.last_position * per_position
+        if self.max_steps:
+            per_step = (now - start_time) / max(step - start_step, 1)
+            run_left = min(run_left, (self.max_steps - step) * per_step)
+        return (f"epoch {self.epoch:3d} | {self.position // self.bptt:5d}/"
+                f"{self.last_position // self.bptt:5d} batches | step {step:8d} | "
+                f"{ms_per_step:7.1f} ms/step | {tokens_per_s:8,.0f} tok/s | loss {mean_nll:6.3f} | "
+                f"ppl {perplexity(mean_nll):8.2f} | lr {self.lr:g} | "
+                f"left: epoch {duration(epoch_left)}, run {duration(run_left)}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    return str(timedelta(seconds=round(max(seconds, 0))))

@@ -1,0 +1,125 @@
+"""A run directory: one process writing at a time, every file replaced whole or not at all.
+
+Every process that writes into a run directory (train.py, evaluate.py, rank.py) holds an
+exclusive lock on RUN_DIR/.lock for as long as it runs. The lock is an flock(2) on an open
+file, so the operating system releases it when the process ends in any way, SIGKILL included:
+a lock is never left behind. The lock file itself stays; it holds the PID and command of its
+last holder, which the error message of a second process quotes.
+
+Files are written to a hidden temporary name beside their target and renamed over it, so a
+crash or a full disk leaves either the old file or the new one. Temporaries orphaned by a
+SIGKILL are removed by the next process that takes the lock (no one else writes there then).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import sys
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+LOCK_NAME = ".lock"
+_TEMP_NAME = re.compile(r"\..+\.tmp[0-9]+")        # what temp_path() gives
+
+
+class RunDirectoryError(Exception):
+    """A run directory that cannot be used or written; str(error) is one line."""
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call write(file) on a temporary file and rename it to `path` once it is on disk.
+
+    A failure (a full disk, say) removes the temporary file, leaves `path` as it was and
+    raises RunDirectoryError naming `path` and the reason."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:   # torch.save reports a failed write as RuntimeError
+        kept = f"{path} is as it was" if path.exists() else f"{path} was not written"
+        raise RunDirectoryError(f"cannot write {path} ({_reason(e)}); {kept}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)   # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def _reason(error: BaseException) -> str:
+    """The OSError behind `error` when there is one (torch wraps it in a RuntimeError)."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
+class RunLock:
+    """Exclusive use of a run directory for the life of this object (or of the process).
+
+        with RunLock(run_dir):
+            ... write into run_dir ...
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        path = self.run_dir / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise RunDirectoryError(f"{self.run_dir}: cannot create the lock file {path} "
+                                    f"({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RunDirectoryError(f"{self.run_dir} is in use by PID {holder}; one process at a "
+                                    f"time writes into a run directory: wait for it to end or "
+                                    f"choose another directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} ({' '.join(sys.argv)[:300]})\n".encode("utf-8"), 0)
+        self.fd = fd
+        remove_orphaned_temp_files(self.run_dir)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)        # closing the file releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.release()
+        return False
+
+
+def remove_orphaned_temp_files(run_dir: Path) -> list[Path]:
+    """Delete the temporaries of write_atomic left in `run_dir` by a killed process. Only call
+    this holding the run directory's lock: then no write is under way there."""
+    orphans = [p for p in run_dir.iterdir() if _TEMP_NAME.fullmatch(p.name) and p.is_file()]
+    for path in orphans:
+        path.unlink(missing_ok=True)
+    return orphans

@@ -1,0 +1,467 @@
+"""Guard rails of train.py, evaluate.py and rank.py for runs left alone for weeks: nothing
+non-finite is written, one process per run directory, resumes that validate before they
+write, the corpus meant, one-line refusals that write nothing, progress in log files."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate
+import rank
+import train
+from experiment import checkpoint
+from model.heads.softmax import SoftmaxHead
+from tests.conftest import TINY, enospc_after
+from tests.test_train import metrics, tensorboard_scalars, wait_for
+
+PTB = "configs/ptb/softmax.yaml"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def snapshot(run_dir: Path) -> dict:
+    """Every file of a run directory with its bytes (the lock file aside)."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture
+def small(small_data) -> list[str]:
+    """TINY on `small_data`: an epoch is ~50 steps."""
+    return [f"data.data_dir={small_data}", *TINY]
+
+
+# ---------------------------------------------------------------------- nothing non-finite
+
+def test_a_non_finite_update_after_a_finite_loss_writes_no_checkpoint(small, tmp_path, capsys):
+    """lr = 1e30 and a checkpoint every step: step 2's loss is still finite (~1e28), the
+    weights after its update are not."""
+    run_dir = tmp_path / "huge-lr"
+    code = train.main([PTB, *small, "train.lr=1.0e+30", "run.checkpoint_every_steps=1",
+                       f"run.dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "non-finite weights after the update" in err and "at step 2 (epoch 1)" in err
+    assert f"the last checkpoint, {run_dir / 'last.pt'} (epoch 1, step 1), is untouched" in err
+    last = torch.load(run_dir / "last.pt", weights_only=True)
+    assert last["progress"]["step"] == 1
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+
+
+def test_with_epoch_checkpoints_only_the_message_says_none_exists_yet(small, tmp_path, capsys):
+    run_dir = tmp_path / "no-checkpoint"
+    assert train.main([PTB, *small, "train.lr=1.0e+30", f"run.dir={run_dir}"]) == 3
+    assert f"no checkpoint has been written yet (none in {run_dir})" in capsys.readouterr().err
+    assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
+
+
+def test_the_message_names_the_last_checkpoint_that_exists(small, tmp_path, capsys, monkeypatch):
+    """Weights turned infinite by the 5th update, with a checkpoint every 2 steps."""
+    run_dir = tmp_path / "diverged"
+    real_step, calls = torch.optim.SGD.step, {"n": 0}
+
+    def step(self, closure=None):
+        real_step(self, closure)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].mul_(float("inf"))
+
+    monkeypatch.setattr(torch.optim.SGD, "step", step)
+    code = train.main([PTB, *small, "run.checkpoint_every_steps=2", f"run.dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert code == 3 and "non-finite weights after the update" in err and "step 5 " in err
+    assert f"the last checkpoint, {run_dir / 'last.pt'} (epoch 1, step 4), is untouched" in err
+    last = torch.load(run_dir / "last.pt", weights_only=True)
+    assert last["progress"]["step"] == 4
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+
+
+@pytest.mark.parametrize("clip", ["0.25", "0"])
+def test_a_non_finite_gradient_with_a_finite_loss_stops_the_run(clip, small, tmp_path, capsys,
+                                                                  monkeypatch):
+    run_dir = tmp_path / f"clip{clip}"
+    forward, calls = SoftmaxHead.forward, {"n": 0}
+
+    def forward_with_a_bad_gradient(self, hidden):
+        out = forward(self, hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 3:              # step 3: the loss is finite, its gradient is not
+                out.log_probs.register_hook(lambda grad: grad * float("inf"))
+        return out
+
+    monkeypatch.setattr(SoftmaxHead, "forward", forward_with_a_bad_gradient)
+    code = train.main([PTB, *small, f"train.clip={clip}", "run.checkpoint_every_steps=1",
+                       f"run.dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert code == 3 and "non-finite gradient norm" in err and "with a finite loss" in err
+    assert "at step 3 (epoch 1)" in err and "(epoch 1, step 2), is untouched" in err
+    last = torch.load(run_dir / "last.pt", weights_only=True)
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+
+
+def with_a_nan(source: Path, target: Path, key: str = "body.encoder.weight") -> Path:
+    ckpt = torch.load(source, weights_only=True)
+    ckpt["model"][key][0, 0] = float("nan")
+    checkpoint.save_atomic(ckpt, target)
+    return target
+
+
+def test_evaluate_rank_and_resume_refuse_non_finite_weights(small, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    with_a_nan(run_dir / "last.pt", copy / "last.pt")
+    capsys.readouterr()
+    assert evaluate.main([str(copy / "last.pt"), "--device", "cpu"]) == 2
+    assert "non-finite weights (2 of 15 tensors" in one_line_error(capsys)   # the tied pair
+    assert rank.main([str(copy / "last.pt"), "--device", "cpu", "--contexts", "20"]) == 2
+    assert "body.encoder.weight" in one_line_error(capsys)
+    before = snapshot(copy)
+    assert train.main(["--resume", str(copy)]) == 2
+    assert "non-finite weights" in one_line_error(capsys)
+    assert snapshot(copy) == before
+
+
+# ---------------------------------------------------------------------- one directory, one run
+
+def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp_path, capsys):
+    run_dir = tmp_path / "busy"
+    first = subprocess.Popen([sys.executable, "train.py", PTB, *small, "train.epochs=1000",
+                              f"run.dir={run_dir}"],
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(run_dir / "config.yaml", first)       # training, no checkpoint yet
+        config = (run_dir / "config.yaml").read_bytes()
+        # Another seed into the same directory (once trained and wrote config.yaml and run.json)
+        assert train.main([PTB, *small, "train.seed=7", "run.max_steps=3", f"run.dir={run_dir}"]) == 2
+        assert f"error: {run_dir} is in use by PID {first.pid} (train.py " in one_line_error(capsys)
+        wait_for(run_dir / "last.pt", first)           # epoch 1 done
+        assert train.main(["--resume", str(run_dir), "run.max_steps=3"]) == 2
+        assert f"in use by PID {first.pid}" in one_line_error(capsys)
+        assert evaluate.main([str(run_dir / "last.pt"), "--device", "cpu"]) == 2
+        assert f"in use by PID {first.pid}" in one_line_error(capsys)
+        assert (run_dir / "config.yaml").read_bytes() == config
+        assert json.loads((run_dir / "run.json").read_text())["seed"] == 141
+        assert not (run_dir / "eval_last.json").exists()
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    step = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"]
+    assert train.main(["--resume", str(run_dir), f"run.max_steps={step + 2}"]) == 0
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == step + 2
+    assert [r["epoch"] for r in metrics(run_dir)] == list(range(1, len(metrics(run_dir)) + 1))
+
+
+def test_resume_checks_the_checkpoint_before_writing_anything(small, ptb_slice, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    before = snapshot(run_dir)
+    capsys.readouterr()
+    # ptb_slice has another vocabulary than small_data, the run's corpus
+    assert train.main(["--resume", str(run_dir), f"data.data_dir={ptb_slice}",
+                       "run.log_interval=3"]) == 2
+    assert "vocabulary" in one_line_error(capsys)
+    assert snapshot(run_dir) == before           # config.yaml keeps the setting the run has
+
+
+def test_a_last_pt_of_another_run_is_refused(small, tmp_path, capsys):
+    runs = {}
+    for name, extra in (("a", ["train.seed=1"]), ("b", ["train.seed=2"]),
+                        ("c", ["train.seed=1", "head.name=ss", "head.compile=false"])):
+        runs[name] = tmp_path / name
+        assert train.main([PTB, *small, *extra, "run.max_steps=1", f"run.dir={runs[name]}"]) == 0
+    capsys.readouterr()
+    for other, complaint in (("b", "seed is 2 in the checkpoint but 1 in"),
+                             ("c", "head is 'ss' in the checkpoint but 'softmax' in")):
+        shutil.copy(runs[other] / "last.pt", runs["a"] / "last.pt")
+        before = snapshot(runs["a"])
+        assert train.main(["--resume", str(runs["a"])]) == 2
+        err = one_line_error(capsys)
+        assert complaint in err and str(runs["a"] / "run.json") in err
+        assert snapshot(runs["a"]) == before
+
+
+def test_resume_refuses_another_run_dir_and_a_best_pt(small, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "train.epochs=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    assert train.main(["--resume", str(run_dir), f"run.dir={tmp_path / 'elsewhere'}"]) == 2
+    assert f"a resumed run stays in {run_dir}" in one_line_error(capsys)
+    assert not (tmp_path / "elsewhere").exists()
+    shutil.copy(run_dir / "best.pt", run_dir / "last.pt")      # a user's attempt to go back
+    assert train.main(["--resume", str(run_dir)]) == 2
+    assert "a 'best' checkpoint, not a 'last' one" in one_line_error(capsys)
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing in train.py handles it."""
+
+
+@pytest.mark.parametrize("every", [None, 1, 7])
+def test_after_a_crash_metrics_and_tensorboard_hold_each_epoch_once(every, small, tmp_path,
+                                                                    monkeypatch):
+    """Killed after epoch 1's metrics line and TensorBoard scalars, before its last.pt."""
+    argv = [PTB, *small, "train.epochs=2", "run.tensorboard=true", "run.log_interval=5",
+            *([f"run.checkpoint_every_steps={every}"] if every else [])]
+    straight = tmp_path / "straight"
+    assert train.main([*argv, f"run.dir={straight}"]) == 0
+    run_dir = tmp_path / "crashed"
+    save_last = train.Trainer.save_last
+
+    def save_last_then_die(self):
+        if self.epoch == 2 and self.position == 0:     # the save that ends epoch 1
+            raise Killed
+        save_last(self)
+
+    monkeypatch.setattr(train.Trainer, "save_last", save_last_then_die)
+    with pytest.raises(Killed):
+        train.main([*argv, f"run.dir={run_dir}"])
+    monkeypatch.undo()
+    assert [r["epoch"] for r in metrics(run_dir)] == [1]
+    if every:                                      # continue from the last step checkpoint
+        assert train.main(["--resume", str(run_dir)]) == 0
+    else:                                          # nothing saved yet: the same command again
+        assert train.main([*argv, f"run.dir={run_dir}"]) == 0
+    assert [r["epoch"] for r in metrics(run_dir)] == [1, 2]
+    assert [r["val_loss"] for r in metrics(run_dir)] == [r["val_loss"] for r in metrics(straight)]
+    for tag in ("epoch/val_ppl", "epoch/asgd", "epoch/train_ppl"):
+        assert tensorboard_scalars(run_dir, tag) == tensorboard_scalars(straight, tag), tag
+    # Each logged step once (the first mean after a resume covers only the steps since it).
+    steps = [step for step, _ in tensorboard_scalars(run_dir, "train/step_loss")]
+    assert steps == [step for step, _ in tensorboard_scalars(straight, "train/step_loss")]
+
+
+def test_metrics_are_cut_to_the_completed_epochs_and_to_whole_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3, "val_lo')    # the disk filled up
+    train.keep_epochs(path, completed=5)
+    assert path.read_text() == '{"epoch": 1}\n{"epoch": 2}\n'
+    train.keep_epochs(path, completed=1)
+    assert path.read_text() == '{"epoch": 1}\n'
+    train.keep_epochs(path, completed=0)
+    assert path.read_text() == ""
+
+
+def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_last_checkpoint(
+        small, tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "full"
+    real_save, full, calls = torch.save, enospc_after(4096), {"n": 0}
+
+    def save(obj, f):                      # the first last.pt fits, the second does not
+        calls["n"] += 1
+        (real_save if calls["n"] == 1 else full)(obj, f)
+
+    monkeypatch.setattr(torch, "save", save)
+    code = train.main([PTB, *small, "run.checkpoint_every_steps=3", f"run.dir={run_dir}"])
+    assert code == 1
+    err = one_line_error(capsys)
+    path = run_dir / "last.pt"
+    assert err == (f"error: cannot write {path} (No space left on device); {path} is as it was; "
+                   f"training stopped at step 6")
+    assert torch.load(path, weights_only=True)["progress"]["step"] == 3
+    assert not [p.name for p in run_dir.iterdir() if ".tmp" in p.name]
+
+
+def test_temporaries_left_by_a_killed_write_are_removed_at_the_next_start(small, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    orphans = [run_dir / f".last.pt.tmp{12345}", run_dir / ".best.pt.tmp7"]
+    for orphan in orphans:
+        orphan.write_bytes(b"the first half of a checkpoint")
+    assert train.main(["--resume", str(run_dir), "run.max_steps=3"]) == 0
+    assert not any(p.exists() for p in orphans)
+
+
+# ---------------------------------------------------------------------- the corpus meant
+
+def test_a_modified_corpus_needs_the_config_key_which_the_config_records(ptb_slice, tmp_path, capsys):
+    refused = tmp_path / "refused"
+    tiny = [o for o in TINY if not o.startswith("data.allow_modified_corpus")]
+    assert train.main([PTB, f"data.data_dir={ptb_slice}", *tiny, "run.max_steps=1",
+                       f"run.dir={refused}"]) == 2
+    err = one_line_error(capsys)
+    assert f"{ptb_slice / 'ptb' / 'train.txt'}: " in err and "expected 929,589 tokens" in err
+    assert not refused.exists()
+    accepted = tmp_path / "accepted"
+    assert train.main([PTB, f"data.data_dir={ptb_slice}", *tiny, "data.allow_modified_corpus=true",
+                       "run.max_steps=1", f"run.dir={accepted}"]) == 0
+    assert "allow_modified_corpus: true" in (accepted / "config.yaml").read_text()
+
+
+@pytest.fixture
+def empty_valid(small_data, tmp_path) -> Path:
+    root = tmp_path / "data"
+    shutil.copytree(small_data, root)
+    (root / "ptb" / "valid.txt").write_text("")
+    return root
+
+
+@pytest.mark.parametrize("case, overrides, expected", [
+    ("empty valid", ["train.epochs=1"], "valid.txt: 0 tokens, too few for train.eval_batch_size=2"),
+    ("train", ["train.batch_size=100000"], "train.txt: "),
+    ("test", ["train.test_batch_size=100000"], "too few for train.test_batch_size=100000"),
+])
+def test_splits_too_short_are_one_line_before_anything_is_written(case, overrides, expected, small,
+                                                                   small_data, empty_valid,
+                                                                   tmp_path, capsys):
+    data_dir = empty_valid if case == "empty valid" else small_data
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, f"data.data_dir={data_dir}", *overrides,
+                       f"run.dir={run_dir}"]) == 2
+    assert expected in one_line_error(capsys)
+    assert not run_dir.exists()
+
+
+def test_evaluate_batch_sizes_too_large_are_one_line(small, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    assert evaluate.main([str(run_dir / "last.pt"), "--test-batch-size", "100000"]) == 2
+    assert "test.txt: " in one_line_error(capsys)
+    assert not list(run_dir.glob("eval_*"))
+
+
+# ---------------------------------------------------------------------- one-line refusals
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("run.device=cuda:abc", "run.device: expected auto, cpu, mps, cuda or cuda:N"),
+    ("run.device=mps", "run.device: 'mps' requested but the Apple MPS backend is not available"),
+    ("run.device=cuda:1", "run.device: 'cuda:1' requested but CUDA is not available here"),
+])
+def test_unusable_devices_are_one_line_and_write_nothing(override, expected, small, tmp_path,
+                                                         capsys, no_gpu):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, override, f"run.dir={run_dir}"]) == 2
+    assert expected in one_line_error(capsys)
+    assert not run_dir.exists()
+
+
+def test_config_paths_that_are_no_yaml_files_are_one_line(small, tmp_path, capsys):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(Path(PTB).read_bytes() + "# déjà vu\n".encode("latin-1"))
+    for config, expected in ((tmp_path, "is a directory"), (latin1, "not UTF-8 text")):
+        assert train.main([str(config), *small, f"run.dir={tmp_path / 'run'}"]) == 2
+        assert f"error: {config}: {expected}" in one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("script", [evaluate, rank])
+@pytest.mark.parametrize("device, expected", [
+    ("gpu", "--device: expected auto, cpu, mps, cuda or cuda:N"),
+    ("cuda:0", "--device: 'cuda:0' requested but CUDA is not available"),
+])
+def test_evaluate_and_rank_check_the_device(script, device, expected, small, tmp_path, capsys, no_gpu):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    before = snapshot(run_dir)
+    capsys.readouterr()
+    assert script.main([str(run_dir / "last.pt"), "--device", device]) == 2
+    assert expected in one_line_error(capsys)
+    assert snapshot(run_dir) == before
+
+
+# ---------------------------------------------------------------------- progress
+
+LINE = re.compile(r"epoch +1 \| +\d+/ +\d+ batches \| step +(\d+) \| +[\d.]+ ms/step \| +[\d,]+ tok/s \| "
+                  r"loss +[\d.]+ \| ppl +[\d.]+ \| lr 20 \| left: epoch \d+:\d\d:\d\d, run \d+:\d\d:\d\d")
+
+
+def test_a_log_file_gets_a_progress_line_every_log_interval(small, tmp_path, capsys):
+    assert train.main([PTB, *small, "run.log_interval=4", "run.max_steps=21",
+                       f"run.dir={tmp_path / 'run'}"]) == 0
+    out = capsys.readouterr().out             # captured: not a terminal, as in a log file
+    steps = [int(m.group(1)) for m in map(LINE.fullmatch, out.splitlines()) if m]
+    assert steps == [4, 8, 12, 16, 20]
+
+
+def test_in_a_terminal_the_bar_counts_real_tokens(small, small_data, tmp_path, monkeypatch):
+    import tqdm
+    bars, close = [], tqdm.tqdm.close
+
+    def record_and_close(self):
+        if not getattr(self, "recorded", False):
+            self.recorded = True
+            bars.append((self.n, self.total, self.unit))
+        close(self)
+
+    monkeypatch.setattr(tqdm.tqdm, "close", record_and_close)
+    for stream in (sys.stdout, sys.stderr):            # a terminal
+        monkeypatch.setattr(stream, "isatty", lambda: True)
+    run_dir = tmp_path / "tty"
+    assert train.main([PTB, *small, "run.max_steps=7", f"run.dir={run_dir}"]) == 0
+    monkeypatch.undo()
+    batch, position = 4, torch.load(run_dir / "last.pt", weights_only=True)["progress"]["position"]
+    tokens = sum(len(line.split()) + 1 for line in (small_data / "ptb" / "train.txt").open())
+    rows = tokens // batch
+    assert ("train.batch_size=4" in TINY) and bars[0] == (position * batch, (rows - 2) * batch, "tok")
+
+
+def test_training_on_the_cpu_by_default_warns_once(small, tmp_path, capsys, no_gpu):
+    big = ["model.emsize=400", "model.nhidlast=400", "model.nhid=400", "run.max_steps=1"]
+    assert train.main([PTB, *small, *big, "run.device=auto", f"run.dir={tmp_path / 'a'}"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1
+    assert "found no usable CUDA GPU" in warnings[0] and "trains on the CPU" in warnings[0]
+    assert "times slower than on a GPU" in warnings[0] and "min an epoch" in warnings[0]
+    for argv in ([*big, "run.device=cpu"], ["run.device=auto", "run.max_steps=1"]):   # chosen; small
+        assert train.main([PTB, *small, *argv, f"run.dir={tmp_path / str(len(argv))}"]) == 0
+        assert "warning" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- rank.py --plot
+
+def test_rank_plot_refuses_computing_options_and_writes_next_to_the_runs(small, tmp_path,
+                                                                         monkeypatch, capsys):
+    runs = []
+    for seed in (1, 2):
+        run_dir = tmp_path / "runs" / f"seed{seed}"
+        assert train.main([PTB, *small, f"train.seed={seed}", "run.max_steps=1",
+                           f"run.dir={run_dir}"]) == 0
+        assert rank.main([str(run_dir / "last.pt"), "--contexts", "30", "--device", "cpu"]) == 0
+        runs.append(run_dir)
+    capsys.readouterr()
+    for option in (["--contexts", "2000"], ["--dtype", "float64"], ["--split", "valid"], ["--json"]):
+        with pytest.raises(SystemExit) as info:
+            rank.main(["--plot", str(runs[0]), *option])
+        assert info.value.code == 2
+        assert f"{option[0]} belongs to computing ranks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rank.main([str(runs[0]), "--out", "x.png"])
+    assert "--out belongs to --plot" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert rank.main(["--plot", str(runs[0])]) == 0
+    assert (runs[0] / "spectra.png").is_file()
+    assert rank.main(["--plot", *map(str, runs)]) == 0
+    assert (tmp_path / "runs" / "spectra.png").is_file()
+    assert not (tmp_path / "spectra.png").exists()
+
+
+def test_report_checks_the_device_too(small, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    import report
+    assert report.main(["top5", str(run_dir), "--positions", "3", "--device", "gpu"]) == 2
+    assert "--device: expected auto, cpu, mps, cuda or cuda:N (N a GPU index), got 'gpu'" in one_line_error(capsys)
