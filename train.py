@@ -39,6 +39,7 @@ from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import select_device, set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
+from launch.runs import run_name
 from model import build_model, count_parameters
 
 
@@ -403,7 +404,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     if config.run.dir:
         run_dir = Path(config.run.dir)
     else:
-        run_dir = Path("runs") / f"{config.data.dataset}-{config.head_name}-seed{config.train.seed}"
+        run_dir = Path("runs") / run_name(config.data.dataset, Path(args.config), (), config.train.seed)
         config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
     return config, run_dir, None
 

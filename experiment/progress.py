@@ -71,7 +71,8 @@ class TrainingProgress:
 
     @classmethod
     def from_dict(cls, saved: dict, device: torch.device | str = "cpu") -> "TrainingProgress":
-        progress = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls)})
+        # A field a saved record lacks (none so far) keeps its default.
+        progress = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
         progress.val_history = list(progress.val_history)
         if progress.hidden is not None:
             progress.hidden = [[(h.to(device), c.to(device)) for h, c in chunk]
