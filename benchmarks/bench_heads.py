@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import TrainerStep, interleaved_times, medians, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
 from model.heads import HEADS  # noqa: E402
-from model.heads.mixture import MixtureOptions, MoSOptions  # noqa: E402
+
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions  # noqa: E402
 from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions  # noqa: E402
 
