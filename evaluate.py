@@ -20,6 +20,7 @@ from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment.config import ConfigError
 from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import load_trained, select_device
+from experiment.progress import TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 
 
@@ -40,10 +41,10 @@ def weights_evaluated(ckpt: dict) -> dict:
     its last complete epoch or within the epoch in progress (the averages are in its optimizer
     state)."""
     if ckpt.get("kind") == "last":
-        p = ckpt["progress"]
-        complete = p["position"] == 0            # at an epoch boundary: `epoch` is the next one
-        return {"epoch": p["epoch"] - 1 if complete else p["epoch"], "epoch_complete": complete,
-                "step": p["step"], "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
+        p = TrainingProgress.from_dict(ckpt["progress"])
+        complete = p.position == 0               # at an epoch boundary: `epoch` is the next one
+        return {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
+                "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
     return {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
             "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
 

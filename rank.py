@@ -23,9 +23,7 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -226,19 +224,10 @@ def plot(paths: list[str], out: str | None, transformed: bool) -> Path:
     if missing:
         raise AnalysisError(f"{missing[0]}: no such run directory or checkpoint")
     run_dirs = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
-    out_path = Path(out) if out else default_plot_path(run_dirs)
-    into_run = out_path.resolve().parent in {d.resolve() for d in run_dirs}
-    with RunLock(out_path.parent) if into_run else contextlib.nullcontext():
-        for note in write_spectra(run_dirs, out_path, transformed=transformed):
-            print(f"warning: {note}", file=sys.stderr)
-    return out_path
-
-
-def default_plot_path(run_dirs: list[Path]) -> Path:
-    """spectra.png next to the spectra it draws: in the run directory, or for several runs in
-    the deepest folder that holds them all."""
-    folder = Path(os.path.commonpath([d.resolve() for d in run_dirs]))
-    return folder / "spectra.png"
+    path, notes = write_spectra(run_dirs, Path(out) if out else None, transformed=transformed)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    return path
 
 
 def main(argv=None) -> int:

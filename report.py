@@ -69,7 +69,8 @@ def parse_args(argv=None):
 
     spectra = commands.add_parser("spectra", help="singular-value curves of the test log-P matrices")
     spectra.add_argument("runs", nargs="+", help="run directories or folders holding them")
-    spectra.add_argument("--out", required=True, help="the PNG to write")
+    spectra.add_argument("--out", help="the PNG to write (default: spectra.png in the run directory, "
+                                       "or in the folder holding all the runs)")
     spectra.add_argument("--transformed", action="store_true",
                          help="also draw the f(l) spectra of heads that have them (dashed)")
     spectra.add_argument("--first", type=int, default=500, help="indices in the normalised panel")
@@ -121,8 +122,9 @@ def run(args) -> str:
 
     if args.command == "spectra":
         from analysis.spectra import write_spectra
-        missing = write_spectra(run_dirs, Path(args.out), args.transformed, args.first, args.ymax)
-        return "\n".join([f"missing: {m}" for m in missing] + [f"wrote {args.out}"])
+        path, missing = write_spectra(run_dirs, Path(args.out) if args.out else None,
+                                      args.transformed, args.first, args.ymax)
+        return "\n".join([f"missing: {m}" for m in missing] + [f"wrote {path}"])
 
     from experiment.loading import select_device
     device = select_device(args.device, option="--device")

@@ -8,7 +8,7 @@
         --sbatch=--gres=gpu:1 --submit
 
 Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. Re-issuing the
-same command continues interrupted runs and skips finished ones (see analysis/sweep.py).
+same command continues interrupted runs and skips finished ones (see launch/runs.py).
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis import AnalysisError
-from analysis.sweep import (describe, parse_grid, pending_commands, plan_runs,
-                            slurm_script, summary, sweep_gpus, sweep_local, visible_gpus)
 from experiment.config import ConfigError
+from launch import LaunchError
+from launch.modes import slurm_script, summary, sweep_gpus, sweep_local, visible_gpus
+from launch.runs import describe, parse_grid, pending_commands, plan_runs
 
 
 def parse_args(argv=None):
@@ -100,11 +100,11 @@ def write_slurm(args, runs) -> int:
         try:
             proc = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
         except FileNotFoundError:
-            raise AnalysisError("--submit: sbatch is not installed here; "
+            raise LaunchError("--submit: sbatch is not installed here; "
                                 "submit the script on the cluster") from None
         if proc.returncode != 0:
             last_line = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            raise AnalysisError(f"sbatch {path} failed: {last_line}")
+            raise LaunchError(f"sbatch {path} failed: {last_line}")
         print(proc.stdout.strip())
     return 0
 
@@ -114,11 +114,11 @@ def main(argv=None) -> int:
     config_path = Path(args.config)
     try:
         if not config_path.is_file():
-            raise AnalysisError(f"{config_path}: config file not found")
+            raise LaunchError(f"{config_path}: config file not found")
         runs = plan_runs(config_path, args.overrides, parse_grid(args.grid), args.seeds, Path(args.out))
         if args.task is not None:
             if not 0 <= args.task < len(runs):
-                raise AnalysisError(f"--task {args.task}: the sweep has {len(runs)} runs "
+                raise LaunchError(f"--task {args.task}: the sweep has {len(runs)} runs "
                                     f"(0..{len(runs) - 1})")
             runs = [runs[args.task]]
         if args.mode == "slurm":
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
             outcomes = sweep_gpus(runs, config_path, rank_args, gpus)
         else:
             outcomes = sweep_local(runs, config_path, rank_args)
-    except (AnalysisError, ConfigError) as e:
+    except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -37,8 +37,9 @@ from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import select_device, set_float32_precision
-from experiment.progress import EpochProgress
+from experiment.progress import EpochProgress, TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
+from launch.runs import run_name
 from model import build_model, count_parameters
 
 
@@ -84,12 +85,11 @@ def describe_last_checkpoint(run_dir: Path) -> str:
     path = run_dir / "last.pt"
     if not path.is_file():
         return f"no checkpoint has been written yet (none in {run_dir})"
-    try:   # mmap: only the progress record is read, not the tensors
-        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"]
+    try:
+        progress = TrainingProgress.read(path)
     except Exception:
         return f"{path} is untouched (but not readable as a checkpoint)"
-    return (f"the last checkpoint, {path} (epoch {progress['epoch']}, step {progress['step']}), "
-            f"is untouched")
+    return f"the last checkpoint, {path} (epoch {progress.epoch}, step {progress.step}), is untouched"
 
 
 def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
@@ -108,16 +108,8 @@ class Trainer:
         averaging_from_start = t.asgd_trigger == "start"
         self.optimizer = self.make_optimizer(AveragedSGD if averaging_from_start else torch.optim.SGD)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        # Progress, all of it saved in last.pt so a resumed run continues exactly.
-        self.epoch = 1                 # the epoch in progress
-        self.position = 0              # index into train_data of the next step's first input
-        self.step = 0                  # optimizer steps taken so far
-        self.hidden = None             # per column chunk, carried across steps
-        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
-        self.val_history: list[float] = []
-        self.best_val = math.inf
-        self.asgd_start_epoch = 1 if averaging_from_start else None  # first averaged epoch
-        self.finished = False          # all epochs done, or stopped by early_stop_nonmono
+        # Where training stands, all of it saved in last.pt so a resumed run continues exactly.
+        self.progress = TrainingProgress(asgd_start_epoch=1 if averaging_from_start else None)
         self.stop_signal = None
         self.writer = None
 
@@ -142,7 +134,7 @@ class Trainer:
     def non_monotone(self, val_loss: float) -> bool:
         """[AWD] Algorithm 1: more than `nonmono` losses recorded and the new one is worse
         than the best of all but the last `nonmono` (val_history does not hold val_loss yet)."""
-        n, history = self.config.train.nonmono, self.val_history
+        n, history = self.config.train.nonmono, self.progress.val_history
         return len(history) > n and val_loss > min(history[:-n])
 
     def should_switch_to_asgd(self, val_loss: float) -> bool:
@@ -150,22 +142,22 @@ class Trainer:
         if self.averaging or t.asgd_trigger in ("never", "start"):
             return False
         if t.asgd_trigger == "et":
-            return self.epoch >= t.asgd_switch_epoch
+            return self.progress.epoch >= t.asgd_switch_epoch
         return self.non_monotone(val_loss)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> float:
-        t = self.config.train
+        t, p = self.config.train, self.progress
         seq_len = self.sampler.sample()
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * seq_len / t.bptt
-        inputs, targets = get_batch(self.train_data, self.position, seq_len)
+        inputs, targets = get_batch(self.train_data, p.position, seq_len)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         totals = torch.zeros(2, device=self.device)        # (NLL, loss) of the whole batch
         for c, (start, end) in enumerate(self.chunks):
-            out = self.model(inputs[:, start:end], detach(self.hidden[c]), targets[:, start:end])
-            self.hidden[c] = out.hidden
+            out = self.model(inputs[:, start:end], detach(p.hidden[c]), targets[:, start:end])
+            p.hidden[c] = out.hidden
             nll, loss = regularized_loss(out, t.alpha, t.beta)
             weight = (end - start) / t.batch_size
             loss = loss * weight
@@ -182,10 +174,10 @@ class Trainer:
         step_nll, step_loss, norm = checks[:3]
         if not all(map(math.isfinite, checks)):
             raise TrainingStopped(self.non_finite_message(step_loss, norm), 3)
-        self.step += 1
-        self.position += seq_len     # the sampled length, as in the original code
-        self.epoch_nll_sum += step_nll * targets.numel()
-        self.epoch_tokens += targets.numel()
+        p.step += 1
+        p.position += seq_len        # the sampled length, as in the original code
+        p.epoch_nll_sum += step_nll * targets.numel()
+        p.epoch_tokens += targets.numel()
         return step_nll
 
     def non_finite_message(self, loss: float, grad_norm: float) -> str:
@@ -196,75 +188,73 @@ class Trainer:
         else:
             what = (f"non-finite weights after the update (gradient norm {grad_norm:.4g}, loss "
                     f"{loss:.4g}; is train.lr too large?)")
-        return (f"{what} at step {self.step + 1} (epoch {self.epoch}); nothing of this step was "
+        return (f"{what} at step {self.progress.step + 1} (epoch {self.progress.epoch}); nothing of this step was "
                 f"saved; {describe_last_checkpoint(self.run_dir)}")
 
     # ------------------------------------------------------------------ one epoch
     def train_epoch(self) -> bool:
         """Train to the end of the epoch; False if run.max_steps or a signal stopped it first."""
-        run = self.config.run
-        if self.hidden is None:
-            self.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
+        run, p = self.config.run, self.progress
+        if p.hidden is None:
+            p.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
         steps = self.train_data.size(0)
-        progress = EpochProgress(self.config, self.epoch, self.step, self.position, steps - 2)
+        display = EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2)
         started = time.time()
         try:
-            while self.position < steps - 1 - 1:
-                if (run.max_steps and self.step >= run.max_steps) or self.stop_signal:
-                    self.epoch_seconds += time.time() - started
+            while p.position < steps - 1 - 1:
+                if (run.max_steps and p.step >= run.max_steps) or self.stop_signal:
+                    p.epoch_seconds += time.time() - started
                     self.save_last()
                     return False
                 nll = self.train_step()
-                mean_nll = progress.update(self.step, self.position, nll)
+                mean_nll = display.update(p.step, p.position, nll)
                 if mean_nll is not None:
                     self.scalar("train/step_loss", mean_nll)
                 # Not after the epoch's last step: end_epoch saves last.pt right after validating,
                 # and a checkpoint at the step where the epoch's results are logged would leave
                 # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
-                if (run.checkpoint_every_steps and self.step % run.checkpoint_every_steps == 0
-                        and self.position < steps - 2):
-                    self.epoch_seconds += time.time() - started
+                if (run.checkpoint_every_steps and p.step % run.checkpoint_every_steps == 0
+                        and p.position < steps - 2):
+                    p.epoch_seconds += time.time() - started
                     started = time.time()
                     self.save_last()
         finally:
-            progress.close()
-        self.epoch_seconds += time.time() - started
+            display.close()
+        p.epoch_seconds += time.time() - started
         return True
 
     def end_epoch(self) -> None:
         """Validate, keep the best model, maybe switch to ASGD, log, write last.pt."""
-        t = self.config.train
+        t, p = self.config.train, self.progress
         with averaged_weights(self.model, self.optimizer):
             val_loss = evaluate_nll(self.model, self.val_data, t.bptt)
-            if val_loss < self.best_val:
-                self.best_val = val_loss
+            if val_loss < p.best_val:
+                p.best_val = val_loss
                 self.save_best(val_loss)
         optimizer_name = "ASGD" if self.averaging else "SGD"
-        train_nll = self.epoch_nll_sum / max(self.epoch_tokens, 1)
-        record = {"epoch": self.epoch, "step": self.step, "optimizer": optimizer_name,
-                  "lr": t.lr, "seconds": round(self.epoch_seconds, 3),
+        train_nll = p.epoch_train_nll
+        record = {"epoch": p.epoch, "step": p.step, "optimizer": optimizer_name,
+                  "lr": t.lr, "seconds": round(p.epoch_seconds, 3),
                   "train_loss": train_nll, "train_ppl": perplexity(train_nll),
                   "val_loss": val_loss, "val_ppl": perplexity(val_loss),
-                  "best_val_ppl": perplexity(self.best_val)}
+                  "best_val_ppl": perplexity(p.best_val)}
         if self.should_switch_to_asgd(val_loss):
             self.optimizer = self.make_optimizer(AveragedSGD)
-            self.asgd_start_epoch = self.epoch + 1
+            p.asgd_start_epoch = p.epoch + 1
             record["switched_to_asgd"] = True
         elif t.early_stop_nonmono and self.averaging and self.non_monotone(val_loss):
-            self.finished = True          # finetuning's end ([AWD] finetune.py)
+            p.finished = True             # finetuning's end ([AWD] finetune.py)
             record["early_stop"] = True
-        self.val_history.append(val_loss)
+        p.val_history.append(val_loss)
         self.log_epoch(record)
-        self.epoch += 1
-        self.finished = self.finished or self.epoch > t.epochs
-        self.position, self.hidden = 0, None
-        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
+        p.start_next_epoch()
+        p.finished = p.finished or p.epoch > t.epochs
         self.save_last()
 
     def fit(self) -> None:
         previous_handlers = self.install_signal_handlers()
         try:
-            while not self.finished:
+            while not self.progress.finished:
                 if not self.train_epoch():
                     break
                 self.end_epoch()
@@ -275,13 +265,13 @@ class Trainer:
                 signal.signal(signum, handler)
         if self.stop_signal:
             raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
-                                  f"{self.step}; saved {self.run_dir / 'last.pt'}; continue with "
+                                  f"{self.progress.step}; saved {self.run_dir / 'last.pt'}; continue with "
                                   f"python train.py --resume {self.run_dir}", 128 + self.stop_signal)
 
     # ------------------------------------------------------------------ feedback
     def scalar(self, name: str, value: float) -> None:
         if self.writer is not None:
-            self.writer.add_scalar(name, value, self.step)
+            self.writer.add_scalar(name, value, self.progress.step)
 
     def log_epoch(self, record: dict) -> None:
         line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
@@ -310,7 +300,7 @@ class Trainer:
         checkpoint.save_atomic({
             "format": checkpoint.FORMAT, "kind": "best", "config": self.config.to_dict(),
             **self.vocab, "model": self.model.state_dict(),
-            "epoch": self.epoch, "step": self.step, "val_loss": val_loss,
+            "epoch": self.progress.epoch, "step": self.progress.step, "val_loss": val_loss,
             "averaged": self.averaging}, self.run_dir / "best.pt")
 
     def save_last(self) -> None:
@@ -318,13 +308,7 @@ class Trainer:
             "format": checkpoint.FORMAT, "kind": "last", "config": self.config.to_dict(),
             **self.vocab, "model": self.model.state_dict(),
             "optimizer": {"averaged": self.averaging, "state": self.optimizer.state_dict()},
-            "progress": {
-                "epoch": self.epoch, "position": self.position, "step": self.step,
-                "hidden": None if self.hidden is None else [list(map(list, h)) for h in self.hidden],
-                "epoch_nll_sum": self.epoch_nll_sum, "epoch_tokens": self.epoch_tokens,
-                "epoch_seconds": self.epoch_seconds, "val_history": list(self.val_history),
-                "best_val": self.best_val, "asgd_start_epoch": self.asgd_start_epoch,
-                "finished": self.finished},
+            "progress": self.progress.to_dict(),
             "rng": checkpoint.rng_state(self.sampler)}, self.run_dir / "last.pt")
 
     def load_last(self, ckpt: dict, path: Path) -> None:
@@ -332,14 +316,7 @@ class Trainer:
         kind = AveragedSGD if ckpt["optimizer"]["averaged"] else torch.optim.SGD
         self.optimizer = self.make_optimizer(kind)
         self.optimizer.load_state_dict(ckpt["optimizer"]["state"])
-        p = ckpt["progress"]
-        self.epoch, self.position, self.step = p["epoch"], p["position"], p["step"]
-        self.hidden = None if p["hidden"] is None else [
-            [(h.to(self.device), c.to(self.device)) for h, c in chunk] for chunk in p["hidden"]]
-        self.epoch_nll_sum, self.epoch_tokens = p["epoch_nll_sum"], p["epoch_tokens"]
-        self.epoch_seconds = p["epoch_seconds"]
-        self.val_history, self.best_val = list(p["val_history"]), p["best_val"]
-        self.asgd_start_epoch, self.finished = p["asgd_start_epoch"], p["finished"]
+        self.progress = TrainingProgress.from_dict(ckpt["progress"], self.device)
         checkpoint.restore_rng_state(ckpt["rng"], self.sampler)
 
 
@@ -427,7 +404,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     if config.run.dir:
         run_dir = Path(config.run.dir)
     else:
-        run_dir = Path("runs") / f"{config.data.dataset}-{config.head_name}-seed{config.train.seed}"
+        run_dir = Path("runs") / run_name(config.data.dataset, Path(args.config), (), config.train.seed)
         config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
     return config, run_dir, None
 
@@ -545,7 +522,7 @@ def main(argv=None) -> int:
                 if (run_dir / "last.pt").exists():
                     raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
                                             f"train.py --resume {run_dir} or choose another run.dir")
-            keep_epochs(run_dir / "metrics.jsonl", completed=trainer.epoch - 1)
+            keep_epochs(run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
             write_text_atomic(run_dir / "config.yaml", config.to_yaml())
             if resume_ckpt is None:
                 write_text_atomic(run_dir / "run.json", json.dumps(
@@ -560,12 +537,12 @@ def run_training(trainer: Trainer, config: Config, run_dir: Path, device: torch.
     warn_if_cpu_by_default(config, device, count_parameters(trainer.model))
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
           f"{count_parameters(trainer.model):,} parameters | device {device}"
-          + (f" | resumed at epoch {trainer.epoch}, step {trainer.step}" if resumed else ""),
+          + (f" | resumed at epoch {trainer.progress.epoch}, step {trainer.progress.step}" if resumed else ""),
           flush=True)
     if config.run.tensorboard:
         from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
         # purge_step: events logged after last.pt was saved are dropped; they are logged again.
-        trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.step + 1,
+        trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.progress.step + 1,
                                        flush_secs=30)
     try:
         trainer.fit()
@@ -574,13 +551,13 @@ def run_training(trainer: Trainer, config: Config, run_dir: Path, device: torch.
         return e.exit_code
     except (RunDirectoryError, OSError) as e:          # a full disk, a vanished directory
         reason = e if isinstance(e, RunDirectoryError) else f"cannot write into {run_dir} ({e.strerror or e})"
-        print(f"error: {reason}; training stopped at step {trainer.step}", file=sys.stderr)
+        print(f"error: {reason}; training stopped at step {trainer.progress.step}", file=sys.stderr)
         return 1
     finally:
         if trainer.writer is not None:
             trainer.writer.close()
-    best = f"best valid ppl {perplexity(trainer.best_val):.2f}" if trainer.val_history else "not validated yet"
-    print(f"done: {trainer.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
+    best = f"best valid ppl {perplexity(trainer.progress.best_val):.2f}" if trainer.progress.val_history else "not validated yet"
+    print(f"done: {trainer.progress.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
     return 0
 
 

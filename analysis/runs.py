@@ -6,20 +6,20 @@ import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from model.heads import HEADS
 from . import AnalysisError
 
-# The [SB] names of the heads, in the order of its tables; other heads follow alphabetically.
-HEAD_LABELS = {"softmax": "Softmax", "ss": "SS", "gss": "GSS", "plif": "LMS-PLIF",
-               "plif_frozen": "LMS-PLIF†", "mos": "MoS", "moc": "MoC"}
 DATASET_ORDER = ("ptb", "wikitext-2")
 
 
 def head_label(head: str) -> str:
-    return HEAD_LABELS.get(head, head)
+    """The head's name in tables and figures (its class's label, e.g. "LMS-PLIF†")."""
+    return HEADS[head].label if head in HEADS else head
 
 
 def head_order(head: str) -> tuple:
-    names = list(HEAD_LABELS)
+    """Registry order (that of [SB]'s tables); heads no longer registered follow alphabetically."""
+    names = list(HEADS)
     return (names.index(head), "") if head in names else (len(names), head)
 
 

@@ -7,11 +7,14 @@ the .npy files rank.py writes.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from experiment.run_directory import RunLock
 from . import AnalysisError
 
 SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
@@ -78,11 +81,18 @@ def plot_spectra(curves: Sequence[Curve], path: Path,
     plt.close(fig)
 
 
-def write_spectra(run_dirs: Sequence[Path], path: Path, transformed: bool = False,
-                  first: int = 500, normalised_ymax: float = 0.2) -> list[str]:
-    """Draw the figure; return the notes on missing spectra (an error if none is found)."""
+def write_spectra(run_dirs: Sequence[Path], path: Path | None = None, transformed: bool = False,
+                  first: int = 500, normalised_ymax: float = 0.2) -> tuple[Path, list[str]]:
+    """Draw the figure of the runs' saved spectra (report.py spectra, rank.py --plot) into
+    `path`, by default spectra.png next to them: in the run directory, or for several runs in
+    the deepest folder that holds them all. Returns the path and the notes on missing spectra
+    (an error if none is found)."""
     curves, missing = collect(run_dirs, transformed)
     if not curves:
         raise AnalysisError("no singular values found: " + "; ".join(missing))
-    plot_spectra(curves, path, first, normalised_ymax)
-    return missing
+    if path is None:
+        path = Path(os.path.commonpath([d.resolve() for d in run_dirs])) / "spectra.png"
+    into_run = path.resolve().parent in {d.resolve() for d in run_dirs}
+    with RunLock(path.parent) if into_run else contextlib.nullcontext():
+        plot_spectra(curves, path, first, normalised_ymax)
+    return path, missing

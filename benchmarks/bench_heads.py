@@ -7,9 +7,11 @@ ss, ...) so that drifts in machine speed hit every head alike; medians are repor
   full step  train.py's own Trainer.train_step with configs/ptb/<head>.yaml (body and head,
              every dropout, AR/TAR, clipping, SGD) at a fixed seq_len = bptt (70); MoS/MoC
              run at their config's batch 12 and sizes, so they are compared per token;
+             every registered head is timed, with the options and shapes of its PTB config;
   head step  what the head alone adds: g (T, B, nhidlast) -> head -> targets' log-probs -> NLL ->
-             backward into g, the tied embedding and the head's own parameters. Linear heads
-             at batch 20, emsize = nhidlast = 400; MoS/MoC at batch 12, emsize 280, nhidlast 620.
+             backward into g, the tied embedding and the head's own parameters, at the batch
+             size, emsize and nhidlast of the head's PTB config (linear heads: batch 20,
+             emsize = nhidlast = 400; MoS/MoC: batch 12, emsize 280, nhidlast 620).
 
 A second Softmax, `softmax-again`, is timed in the same rounds as a control: its ratio to the
 first Softmax is the run's noise floor (on a shared 2-core VM, several percent either way).
@@ -32,6 +34,7 @@ removed that cost here. CUDA's caching allocator has no such cost; the MoS head 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -47,13 +50,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import TrainerStep, interleaved_times, medians, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
+from experiment.config import load_config  # noqa: E402
 from model.heads import HEADS  # noqa: E402
-from model.heads.mixture import MixtureOptions, MoSOptions  # noqa: E402
-from model.heads.plif import FrozenPLIFOptions, PLIFOptions  # noqa: E402
-from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions  # noqa: E402
+
 
 
 CONTROL = "softmax-again"
+PTB_VOCAB = 10_000
 
 
 @dataclass(frozen=True)
@@ -69,21 +72,19 @@ class Shape:
         return self.batch * self.bptt
 
 
-LINEAR = Shape(batch=20, bptt=70, vocab=10_000, emsize=400, nhidlast=400)
-MIXTURE = Shape(batch=12, bptt=70, vocab=10_000, emsize=280, nhidlast=620)
-
-
 def ptb_setups(compiled: bool) -> dict[str, tuple[object, Shape]]:
-    """name -> (head options, shape), as in [SB]'s PTB settings."""
-    return {
-        "softmax": (HEADS["softmax"].Options(), LINEAR),
-        "ss": (SigSoftmaxOptions(compile=compiled), LINEAR),
-        "gss": (GSSOptions(c=-1.5, k=2.5, compile=compiled), LINEAR),
-        "plif": (PLIFOptions(compile=compiled), LINEAR),
-        "plif_frozen": (FrozenPLIFOptions(compile=compiled), LINEAR),
-        "mos": (MoSOptions(compile=compiled), MIXTURE),
-        "moc": (MixtureOptions(), MIXTURE),
-    }
+    """name -> (head options, shape) of every registered head, from configs/ptb/<name>.yaml
+    ([SB]'s PTB settings: batch size, emsize, nhidlast and the head's own options)."""
+    setups = {}
+    for name in HEADS:
+        config = load_config(f"configs/ptb/{name}.yaml")
+        options = config.head
+        if "compile" in {f.name for f in dataclasses.fields(options)}:
+            options = dataclasses.replace(options, compile=compiled)
+        setups[name] = (options, Shape(batch=config.train.batch_size, bptt=config.train.bptt,
+                                       vocab=PTB_VOCAB, emsize=config.model.emsize,
+                                       nhidlast=config.model.nhidlast))
+    return setups
 
 
 class Case:

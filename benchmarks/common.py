@@ -24,14 +24,14 @@ class TrainerStep:
         torch.manual_seed(0)
         self.model = build_model(config, corpus.vocab_size).to(device)
         self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device)
-        self.trainer.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
+        self.trainer.progress.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
         self.trainer.sampler.sample = lambda: config.train.bptt
         self.config = config
         self.tokens = config.train.batch_size * config.train.bptt
 
     def __call__(self) -> None:
-        if self.trainer.position >= self.trainer.train_data.size(0) - 2 - self.config.train.bptt:
-            self.trainer.position = 0          # wrap around instead of ending the epoch
+        if self.trainer.progress.position >= self.trainer.train_data.size(0) - 2 - self.config.train.bptt:
+            self.trainer.progress.position = 0          # wrap around instead of ending the epoch
         self.trainer.train_step()
 
 

@@ -1,8 +1,13 @@
-"""What a person watching a training run sees during an epoch.
+"""Training progress: the record a run's last.pt saves, and what a person watching sees.
 
-In a terminal (stdout is a TTY) a tqdm bar counts real tokens (positions x batch size). In a
-log file (Slurm, nohup, the sweep's logs) a bar shows nothing until the epoch ends, so a plain
-line is printed every run.log_interval steps instead, as the original AWD-LSTM does:
+`TrainingProgress` is where a run stands (epoch, position in the epoch, steps, carried hidden
+states, validation history, ...): saved in last.pt and restored as one unit, so that a resumed run
+continues exactly, and read by everything that asks how far a run got (evaluate.py, the sweeps).
+
+`EpochProgress` is what a person sees during an epoch. In a terminal (stdout is a TTY) a tqdm bar
+counts real tokens (positions x batch size). In a log file (Slurm, nohup, the sweep's logs) a bar
+shows nothing until the epoch ends, so a plain line is printed every run.log_interval steps
+instead, as the original AWD-LSTM does:
 
   epoch   3 |   300/  663 batches | step    1623 | 151.2 ms/step | 9,252 tok/s | loss 5.123 | ppl 167.85 | lr 20 | left: epoch 0:01:12, run 6:02:11
 
@@ -14,13 +19,72 @@ steps since the previous line; the time left is the training time at this epoch'
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
+from typing import Optional
 
+import torch
 from tqdm import tqdm
 
 from .evaluation import perplexity
+
+
+@dataclass
+class TrainingProgress:
+    """Where a training run stands; last.pt holds it as the plain dict `to_dict` gives."""
+
+    epoch: int = 1                          # the epoch in progress
+    position: int = 0                       # index into the training batches of the next step's input
+    step: int = 0                           # optimizer steps taken so far
+    hidden: Optional[list] = None           # per column chunk, [(h, c) per layer], carried across steps
+    epoch_nll_sum: float = 0.0              # training NLL summed over the epoch's tokens so far
+    epoch_tokens: int = 0
+    epoch_seconds: float = 0.0
+    val_history: list = field(default_factory=list)   # validation loss of every finished epoch
+    best_val: float = math.inf
+    asgd_start_epoch: Optional[int] = None  # the first epoch trained with averaging
+    finished: bool = False                  # all epochs done, or stopped by early_stop_nonmono
+
+    @property
+    def completed_epochs(self) -> int:
+        return self.epoch - 1
+
+    @property
+    def epoch_train_nll(self) -> float:
+        return self.epoch_nll_sum / max(self.epoch_tokens, 1)
+
+    def start_next_epoch(self) -> None:
+        """The epoch is done: move to the next one, from the start of the training stream."""
+        self.epoch += 1
+        self.position, self.hidden = 0, None
+        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(dataclasses.replace(self, hidden=None))
+        out["hidden"] = None if self.hidden is None else [list(map(list, h)) for h in self.hidden]
+        return out
+
+    @classmethod
+    def from_dict(cls, saved: dict, device: torch.device | str = "cpu") -> "TrainingProgress":
+        # A field a saved record lacks (none so far) keeps its default.
+        progress = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
+        progress.val_history = list(progress.val_history)
+        if progress.hidden is not None:
+            progress.hidden = [[(h.to(device), c.to(device)) for h, c in chunk]
+                               for chunk in progress.hidden]
+        return progress
+
+    @classmethod
+    def read(cls, path: str | Path) -> "TrainingProgress":
+        """The progress of the last.pt at `path`, without reading its model and optimizer tensors
+        (mmap: only the pages of the small progress record are touched)."""
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return cls.from_dict(ckpt["progress"])
 
 
 class EpochProgress:

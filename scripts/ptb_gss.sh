@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
-# PTB, gss: train, evaluate and rank one run.  Usage: scripts/ptb_gss.sh [SEED] [RUN_DIR] [key=value ...]
+# PTB, gss: train, evaluate and rank one run.  Usage: scripts/ptb_gss.sh [SEED] [key=value ...]
 exec "$(dirname "$0")/run_row.sh" configs/ptb/gss.yaml "$@"

@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
-# PTB, mos: train, evaluate and rank one run.  Usage: scripts/ptb_mos.sh [SEED] [RUN_DIR] [key=value ...]
+# PTB, mos: train, evaluate and rank one run.  Usage: scripts/ptb_mos.sh [SEED] [key=value ...]
 exec "$(dirname "$0")/run_row.sh" configs/ptb/mos.yaml "$@"

@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
-# PTB, softmax: train, evaluate and rank one run.  Usage: scripts/ptb_softmax.sh [SEED] [RUN_DIR] [key=value ...]
+# PTB, softmax: train, evaluate and rank one run.  Usage: scripts/ptb_softmax.sh [SEED] [key=value ...]
 exec "$(dirname "$0")/run_row.sh" configs/ptb/softmax.yaml "$@"

@@ -108,3 +108,17 @@ def enospc_after(limit: int):
 
         real_save(obj, Full())
     return save
+
+
+def head_overrides(name: str) -> list[str]:
+    """Config overrides that give head `name` the options its class has for tiny models
+    (HEADS[name].small_options()), and, for a head whose g need not have the embedding's size,
+    a last LSTM layer of another size than TINY's emsize, so that the difference is exercised."""
+    import dataclasses
+    import yaml
+    from model.heads import HEADS
+    head = HEADS[name]
+    options = dataclasses.asdict(head.small_options())
+    overrides = [f"head.name={name}"] + [f"head.{key}={yaml.safe_dump(value).splitlines()[0]}"
+                                         for key, value in options.items()]
+    return overrides + ([] if head.requires_nhidlast_equal_emsize else ["model.nhidlast=12"])

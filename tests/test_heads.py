@@ -1,11 +1,15 @@
 """Output heads (SPEC section 4): the registry, each head's maths against a direct
 reference, gradients, normalisation, extreme inputs, eval determinism, options and
-parameter counts (SPEC section 6). PLIF's own function is tested in test_plif.py."""
+parameter counts (SPEC section 6). PLIF's own function is tested in test_plif.py.
+
+The generic tests run for every head in the registry, with the options its class gives for
+tiny models (`small_options`): a new head is tested by them with no edit here."""
 from __future__ import annotations
 
 import dataclasses
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,24 +19,16 @@ from torch import nn
 from model import LanguageModel, count_parameters
 from model.body import AWDLSTMBody
 from model.heads import HEADS
-from model.heads.base import FusedKernel
-from model.heads.mixture import MixtureOptions, MoSOptions, mixture_log_softmax
+from model.heads.mixture import MixtureOptions, MoSOptions, mos_reference
 from model.heads.plif import FrozenPLIFOptions, PLIFOptions
-from model.heads.sigsoftmax import GSSOptions, SigSoftmaxOptions, gss_transform
+from model.heads.sigsoftmax import GSSOptions, gss_reference
+from model.kernels.compiled import FusedKernel
+from model.kernels.gss import gss_transform
+from model.kernels.mixture import mixture_log_softmax
 
 V, E, NHIDLAST_MIX, T, B = 13, 6, 5, 4, 3
-POINTWISE = ["ss", "gss", "plif", "plif_frozen"]          # heads that return f(l)
-
-# Small options for every head; eager kernels (the compiled ones are tested on their own).
-SMALL = {
-    "softmax": HEADS["softmax"].Options(),
-    "ss": SigSoftmaxOptions(compile=False),
-    "gss": GSSOptions(c=-1.5, k=2.5, compile=False),
-    "plif": PLIFOptions(knots=16, bound=4.0, compile=False),
-    "plif_frozen": FrozenPLIFOptions(knots=16, bound=4.0, compile=False),
-    "mos": MoSOptions(components=3, dropoutl=0.29, compile=False),
-    "moc": MixtureOptions(components=3, dropoutl=0.29),
-}
+# The heads of [SB]; the generic tests below take whatever the registry holds.
+SB_HEADS = ("softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc")
 
 
 def nhidlast_of(name: str) -> int:
@@ -42,7 +38,7 @@ def nhidlast_of(name: str) -> int:
 def make_head(name: str, options=None, dtype=torch.float32, seed: int = 0):
     torch.manual_seed(seed)
     embedding = nn.Parameter(torch.empty(V, E).uniform_(-0.5, 0.5))
-    head = HEADS[name](options or SMALL[name], V, E, nhidlast_of(name), embedding)
+    head = HEADS[name](options or HEADS[name].small_options(), V, E, nhidlast_of(name), embedding)
     with torch.no_grad():   # a non-zero bias so that tests see it
         head.decoder.bias.uniform_(-0.3, 0.3)
     return head.to(dtype)
@@ -55,11 +51,19 @@ def hidden_for(name: str, dtype=torch.float32, scale: float = 1.0, seed: int = 1
 
 # --- the registry and the interface ---------------------------------------------------------
 
-def test_registry_names_every_head():
-    assert set(HEADS) == {"softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc"}
+def test_registry_holds_the_heads_of_sb_in_table_order():
+    assert list(HEADS)[:len(SB_HEADS)] == list(SB_HEADS)
 
 
-@pytest.mark.parametrize("name", list(HEADS))
+def test_every_head_has_its_own_label_and_a_config_per_dataset():
+    labels = [HEADS[name].label for name in HEADS]
+    assert len(set(labels)) == len(labels) and all(labels)
+    for name in HEADS:
+        for dataset in ("ptb", "wt2"):
+            assert f"name: {name}" in Path(f"configs/{dataset}/{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", SB_HEADS)
 def test_linear_heads_need_nhidlast_equal_emsize(name):
     assert HEADS[name].requires_nhidlast_equal_emsize == (name not in ("mos", "moc"))
 
@@ -69,7 +73,7 @@ def test_output_shapes_and_transformed_logits(name):
     head = make_head(name)
     out = head(hidden_for(name))
     assert out.log_probs.shape == (T, B, V)
-    if name in POINTWISE:
+    if HEADS[name].has_transformed_logits:
         assert out.transformed_logits.shape == (T, B, V)
         # log_probs is the log_softmax of the returned f(l)
         torch.testing.assert_close(out.log_probs, F.log_softmax(out.transformed_logits, -1))
@@ -80,7 +84,7 @@ def test_output_shapes_and_transformed_logits(name):
 @pytest.mark.parametrize("name", list(HEADS))
 def test_decoder_weight_is_the_embedding_and_bias_starts_at_zero(name):
     embedding = nn.Parameter(torch.randn(V, E))
-    head = HEADS[name](SMALL[name], V, E, nhidlast_of(name), embedding)
+    head = HEADS[name](HEADS[name].small_options(), V, E, nhidlast_of(name), embedding)
     assert head.decoder.weight is embedding
     assert torch.equal(head.decoder.bias, torch.zeros(V))
 
@@ -113,6 +117,29 @@ def test_eval_mode_is_deterministic(name):
     assert torch.equal(first.log_probs, second.log_probs)
 
 
+@pytest.mark.parametrize("name", list(HEADS))
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_forward_computes_the_heads_plain_reference_with_its_gradients(name, mode):
+    """forward() (fused kernels where the head has them) against the head's equation written
+    plainly (`reference`), values and every gradient, in training mode with the same masks."""
+    head = make_head(name, dtype=torch.float64).train(mode == "train")
+    hidden = hidden_for(name, torch.float64, scale=2.0)
+    results = []
+    for fn in (lambda h, x: h(x), lambda h, x: h.reference(x)):
+        torch.manual_seed(7)
+        out = fn(head, hidden.detach())
+        transformed = out.transformed_logits
+        results.append((out.log_probs, transformed,
+                        grads_of(lambda h, x: fn(h, x).log_probs[..., :3].sum(-1), head, hidden)))
+    (fused, fused_f, (_, fused_grads)), (plain, plain_f, (_, plain_grads)) = results
+    torch.testing.assert_close(fused, plain)
+    assert (fused_f is None) == (plain_f is None) == (not HEADS[name].has_transformed_logits)
+    if fused_f is not None:
+        torch.testing.assert_close(fused_f, plain_f)
+    for a, b in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(a, b)
+
+
 def targets_for(seed: int = 2) -> torch.Tensor:
     return torch.randint(V, (T, B), generator=torch.Generator().manual_seed(seed))
 
@@ -131,14 +158,14 @@ def gathered(head, hidden, targets):
     return head(hidden).log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-COMPILABLE = [name for name in HEADS if hasattr(SMALL[name], "compile")]
+COMPILABLE = [name for name in HEADS if hasattr(HEADS[name].small_options(), "compile")]
 
 
 @pytest.mark.parametrize("name, compiled", [(name, False) for name in HEADS] +
                          [(name, True) for name in COMPILABLE])
 def test_target_log_probs_equal_the_gathered_log_probs_with_gradients(name, compiled):
     """In training mode, with the same dropout masks: the values and every gradient."""
-    options = SMALL[name]
+    options = HEADS[name].small_options()
     if compiled:
         options = dataclasses.replace(options, compile=True)
     head = make_head(name, options, dtype=torch.float64).train()
@@ -302,11 +329,6 @@ def test_default_options_are_the_papers_settings():
 
 # --- SS and GSS -----------------------------------------------------------------------------
 
-def gss_reference(logits: torch.Tensor, c: float, k: float) -> torch.Tensor:
-    """The SPEC's formula, taken literally."""
-    return k * (logits - c) + c - (k - 1) * F.softplus(logits - c)
-
-
 LOGITS64 = torch.linspace(-30, 30, 601, dtype=torch.float64).view(1, 1, -1)
 
 
@@ -399,10 +421,6 @@ def test_mos_matches_the_mixture_of_softmaxes():
     torch.testing.assert_close(head(hidden).log_probs, probs.log())
 
 
-def reference_mixture_log_softmax(logits, log_prior):
-    return torch.logsumexp(log_prior.unsqueeze(-1) + F.log_softmax(logits, -1), dim=-2)
-
-
 @pytest.mark.parametrize("compiled", [False, True])
 def test_fused_mixture_log_softmax_values_and_gradients(compiled):
     torch.manual_seed(0)
@@ -411,7 +429,7 @@ def test_fused_mixture_log_softmax_values_and_gradients(compiled):
     grad = torch.randn(2, 5, 11, dtype=torch.float64)
     fused = mixture_log_softmax(logits, log_prior, compiled)
     fused_grads = torch.autograd.grad(fused, (logits, log_prior), grad)
-    reference = reference_mixture_log_softmax(logits, log_prior)
+    reference = mos_reference(logits, log_prior)
     reference_grads = torch.autograd.grad(reference, (logits, log_prior), grad)
     torch.testing.assert_close(fused, reference)
     for a, b in zip(fused_grads, reference_grads):

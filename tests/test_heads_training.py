@@ -1,26 +1,21 @@
-"""Every head trains, checkpoints and resumes through the same train.py."""
+"""Every head in the registry trains, checkpoints and resumes through the same train.py."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import train
-from tests.conftest import TINY
-
-OPTIONS = {"softmax": [], "ss": ["head.compile=false"],
-           "gss": ["head.c=-1.5", "head.k=2.5", "head.compile=false"],
-           "plif": ["head.knots=500", "head.compile=false"],
-           "plif_frozen": ["head.knots=500", "head.compile=false"],
-           "mos": ["head.components=3", "head.compile=false", "model.nhidlast=12"],
-           "moc": ["head.components=3", "model.nhidlast=12"]}
+from model.heads import HEADS
+from tests.conftest import TINY, head_overrides
 
 
 def run(head, small_data, run_dir, *extra):
     return train.main([f"configs/ptb/{head}.yaml", f"data.data_dir={small_data}", *TINY,
-                       *OPTIONS[head], "train.small_batch_size=2", *extra, f"run.dir={run_dir}"])
+                       *head_overrides(head), "train.small_batch_size=2", *extra,
+                       f"run.dir={run_dir}"])
 
 
-@pytest.mark.parametrize("head", sorted(OPTIONS))
+@pytest.mark.parametrize("head", list(HEADS))
 def test_a_resumed_run_equals_an_uninterrupted_one(head, small_data, tmp_path):
     assert run(head, small_data, tmp_path / "straight", "run.max_steps=6") == 0
     assert run(head, small_data, tmp_path / "resumed", "run.max_steps=3") == 0

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.heads import HEADS
-from model.heads.plif import FrozenPLIFOptions, PLIFOptions, plif
+from model.heads.plif import FrozenPLIFOptions, PLIFOptions, plif_reference
+from model.kernels.plif import plif
 
 K, BOUND = 10, 2.0
 DELTA = 2 * BOUND / K
@@ -41,16 +42,6 @@ def reference(x: float, v: torch.Tensor, bound: float) -> float:
     return s[i] * (x - (-bound + i * delta)) + delta * sum(s[:i])
 
 
-def plain_autograd_plif(x: torch.Tensor, v: torch.Tensor, bound: float) -> torch.Tensor:
-    """The same function built from differentiable gathers (stores an index per logit)."""
-    k = v.shape[0]
-    delta = 2 * bound / k
-    s = F.softplus(v)
-    offsets = delta * torch.cat([s.new_zeros(1), torch.cumsum(s, 0)[:-1]])
-    i = torch.floor((x + bound) / delta).clamp(0, k - 1).long()
-    return s[i] * (x - (-bound + i.to(x.dtype) * delta)) + offsets[i]
-
-
 # --- the function ---------------------------------------------------------------------------
 
 def test_forward_matches_the_definition():
@@ -63,7 +54,7 @@ def test_forward_matches_the_definition():
 def test_float32_forward_matches_float64_definition_at_the_default_size():
     v = slopes_param(100_000, torch.float32)
     x = torch.randn(20_000) * 8
-    expected = plain_autograd_plif(x.double(), v.double(), 20.0)
+    expected = plif_reference(x.double(), v.double(), 20.0)
     torch.testing.assert_close(plif(x, v, 20.0).double(), expected, rtol=1e-5, atol=1e-4)
 
 
@@ -115,12 +106,12 @@ def test_gradcheck_float64_logits_and_slopes():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_gradients_match_plain_autograd(dtype, scatter_chunk, monkeypatch):
     """Also with the slope gradient's scatter split into many chunks (a partial last one)."""
-    monkeypatch.setattr("model.heads.plif._SCATTER_CHUNK", scatter_chunk)
+    monkeypatch.setattr("model.kernels.plif._SCATTER_CHUNK", scatter_chunk)
     x = torch.cat([away_from_knots(500, dtype), torch.randn(500, dtype=dtype) * 3]).view(10, 100)
     v = slopes_param(dtype=dtype)
     grad = torch.randn(10, 100, dtype=dtype)
     grads = []
-    for fn in (plif, plain_autograd_plif):
+    for fn in (plif, plif_reference):
         xi, vi = x.clone().requires_grad_(), v.clone().requires_grad_()
         fn(xi, vi, BOUND).backward(grad)
         grads.append((xi.grad, vi.grad))
@@ -213,7 +204,7 @@ def test_head_applies_plif_to_the_tied_logits(name, options):
     hidden = torch.randn(5, 2, 6)
     out = head(hidden)
     logits = hidden @ head.decoder.weight.T + head.decoder.bias
-    expected = plain_autograd_plif(logits, head.v, 3.0)
+    expected = plif_reference(logits, head.v, 3.0)
     torch.testing.assert_close(out.transformed_logits, expected)
     torch.testing.assert_close(out.log_probs, F.log_softmax(expected, -1))
 

@@ -21,9 +21,9 @@ import torch
 import evaluate
 import sweep
 import train
-from analysis import AnalysisError
-from analysis import sweep as sweep_module
-from analysis.sweep import parse_grid, run_command, run_name
+from launch import LaunchError
+from launch import runs as launch_runs
+from launch.runs import parse_grid, run_command, run_name
 from tests.conftest import TINY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def swept(small_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     commands: list = []
     patch = pytest.MonkeyPatch()
-    patch.setattr(sweep_module, "run_command", in_process(commands))
+    patch.setattr(launch_runs, "run_command", in_process(commands))
     try:
         code = sweep.main([CONFIG, f"data.data_dir={small_data}", *TINY, "train.epochs=1",
                            "--seeds", "1", "2", "--out", str(out)])
@@ -89,7 +89,7 @@ def test_an_interrupted_run_is_resumed_and_finished_ones_are_skipped(
     shutil.copytree(swept[0], out)
     finished = {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)}
     commands: list = []
-    monkeypatch.setattr(sweep_module, "run_command", in_process(commands))
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
     args = [CONFIG, *overrides, "--seeds", "1", "2", "3", "--out", str(out)]
 
     # Seed 3 stops after 3 steps (as a crash would), before its first epoch ends.
@@ -122,7 +122,7 @@ def test_an_interrupted_run_is_resumed_and_finished_ones_are_skipped(
 def test_a_run_directory_of_another_experiment_is_refused(swept, overrides, tmp_path, monkeypatch, capsys):
     out = tmp_path / "sweep"
     shutil.copytree(swept[0], out)
-    monkeypatch.setattr(sweep_module, "run_command", in_process([]))
+    monkeypatch.setattr(launch_runs, "run_command", in_process([]))
     assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out)]) == 1
     assert "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in capsys.readouterr().out
 
@@ -133,9 +133,9 @@ def test_grid_and_run_names():
     assert parse_grid(["head.c=-1.5,-1,0", "head.k=2"]) == [("head.c", ["-1.5", "-1", "0"]),
                                                             ("head.k", ["2"])]
     for bad in ("head.c", "head.c=", "=1,2", "head.c=1,,2"):
-        with pytest.raises(AnalysisError, match="expected key=value1,value2"):
+        with pytest.raises(LaunchError, match="expected key=value1,value2"):
             parse_grid([bad])
-    with pytest.raises(AnalysisError, match="given twice"):
+    with pytest.raises(LaunchError, match="given twice"):
         parse_grid(["head.k=1", "head.k=2"])
     assert run_name("ptb", Path("configs/ptb/gss.yaml"), ["head.c=-1.5", "head.k=2"], 7) == \
         "ptb-gss-head.c=-1.5-head.k=2-seed7"
@@ -208,7 +208,7 @@ def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypat
             busy[gpu] -= 1
         return 0
 
-    monkeypatch.setattr(sweep_module, "run_command", fake)
+    monkeypatch.setattr(launch_runs, "run_command", fake)
     out = tmp_path / "gpus"
     assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "3", "4", "--out", str(out),
                        "--mode", "gpus", "--gpus", "0,1"]) == 0
@@ -240,3 +240,15 @@ def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, mo
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"# [5/6] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
     assert len(printed) == 3      # its title, train.py, evaluate.py
+
+
+@pytest.mark.parametrize("config", ["configs/ptb/softmax.yaml", "configs/ptb/fair_mos_d280.yaml"])
+def test_train_names_its_default_run_directory_by_the_sweeps_rule(config, small_data, capsys):
+    """One naming rule: train.py without run.dir uses runs/<run_name> of the config and seed,
+    which is what sweep.py and the row scripts name the same run (configs sharing a head, like
+    the Table 5 rows, no longer share a directory)."""
+    import yaml
+    assert train.main([config, f"data.data_dir={small_data}", *TINY, "train.seed=9", "--dry-run"]) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out.rsplit("\n", 2)[0])
+    assert resolved["run"]["dir"] == str(Path("runs") / run_name("ptb", Path(config), (), 9))
+    assert resolved["run"]["dir"] == f"runs/ptb-{Path(config).stem}-seed9"

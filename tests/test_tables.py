@@ -193,3 +193,22 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     np.testing.assert_allclose(normalise(np.array([4.0, 2.0, 1.0])), [1.0, 1 / 3, 0.0])
     with pytest.raises(AnalysisError, match="no singular values found"):
         write_spectra([root / "ptb-ss"], tmp_path / "none.png")
+
+
+def test_rank_plot_and_report_spectra_draw_through_one_function(tmp_path, monkeypatch):
+    """rank.py --plot and report.py spectra are two doors to one figure: the same curves reach
+    the same plotting call, and both default to spectra.png next to the runs."""
+    import rank
+    from analysis import spectra
+    root = tmp_path / "runs"
+    for name, decay in (("softmax", 0.05), ("mos", 0.01)):
+        run_dir = make_run(root, f"ptb-{name}", name, 1)
+        np.save(run_dir / "singular_values_test_logp.npy", np.exp(-decay * np.arange(50)) * 1e3)
+    calls = []
+    monkeypatch.setattr(spectra, "plot_spectra", lambda curves, path, first, ymax: calls.append(
+        ([(label, values.tolist(), dashed) for label, values, dashed in curves], path, first, ymax)))
+    runs = [str(root / "ptb-mos"), str(root / "ptb-softmax")]
+    assert rank.main(["--plot", *runs]) == 0
+    assert report.main(["spectra", *runs]) == 0
+    assert len(calls) == 2 and calls[0] == calls[1]
+    assert calls[0][1] == root.resolve() / "spectra.png"

@@ -185,21 +185,21 @@ def make_trainer(ptb_slice, tmp_path, *overrides):
 
 def test_nt_asgd_rule(ptb_slice, tmp_path):
     trainer = make_trainer(ptb_slice, tmp_path, "train.asgd_trigger=nt", "train.nonmono=2")
-    trainer.val_history = [5.0, 4.0]
+    trainer.progress.val_history = [5.0, 4.0]
     assert not trainer.should_switch_to_asgd(9.0)          # not more than nonmono losses yet
-    trainer.val_history = [5.0, 4.0, 3.0]
+    trainer.progress.val_history = [5.0, 4.0, 3.0]
     assert not trainer.should_switch_to_asgd(4.5)          # better than 5.0, the best but the last 2
     assert trainer.should_switch_to_asgd(5.5)              # worse than every loss before the last 2
-    trainer.val_history = [5.0, 3.0, 4.0, 4.5]
+    trainer.progress.val_history = [5.0, 3.0, 4.0, 4.5]
     assert trainer.should_switch_to_asgd(3.5)              # best of [5, 3] is 3
     never = make_trainer(ptb_slice, tmp_path, "train.asgd_trigger=never")
-    never.val_history = [1.0] * 10
+    never.progress.val_history = [1.0] * 10
     assert not never.should_switch_to_asgd(100.0)
 
 
 def test_lr_is_rescaled_by_sequence_length(ptb_slice, tmp_path):
     trainer = make_trainer(ptb_slice, tmp_path, "train.lr=16")
-    trainer.hidden = [trainer.model.init_hidden(4)]
+    trainer.progress.hidden = [trainer.model.init_hidden(4)]
     lengths = iter([4, 8, 12])
     trainer.sampler.sample = lambda: next(lengths)
     seen = []
@@ -208,7 +208,7 @@ def test_lr_is_rescaled_by_sequence_length(ptb_slice, tmp_path):
     for _ in range(3):
         trainer.train_step()
     assert seen == [16 * 4 / 8, 16 * 8 / 8, 16 * 12 / 8]
-    assert trainer.position == 24 and trainer.step == 3
+    assert trainer.progress.position == 24 and trainer.progress.step == 3
 
 
 def test_small_batch_accumulation_is_the_same_maths(ptb_slice, tmp_path):
@@ -216,7 +216,7 @@ def test_small_batch_accumulation_is_the_same_maths(ptb_slice, tmp_path):
     results = []
     for small in (4, 2, 1):
         trainer = make_trainer(ptb_slice, tmp_path, *no_dropout, f"train.small_batch_size={small}")
-        trainer.hidden = [trainer.model.init_hidden(e - s) for s, e in trainer.chunks]
+        trainer.progress.hidden = [trainer.model.init_hidden(e - s) for s, e in trainer.chunks]
         trainer.sampler.sample = lambda: 8
         for _ in range(3):
             trainer.train_step()

@@ -225,7 +225,7 @@ def test_after_a_crash_metrics_and_tensorboard_hold_each_epoch_once(every, small
     save_last = train.Trainer.save_last
 
     def save_last_then_die(self):
-        if self.epoch == 2 and self.position == 0:     # the save that ends epoch 1
+        if self.progress.epoch == 2 and self.progress.position == 0:     # the save that ends epoch 1
             raise Killed
         save_last(self)
 

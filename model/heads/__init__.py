@@ -1,20 +1,26 @@
-"""Registry: the config name of a head -> its class. Add a head with one file and one line here."""
+"""Registry: the config name of a head -> its class, in the order of the result tables.
+
+Adding a head is one file in this folder (an OutputHead subclass, see base.py) and one line here.
+"""
 from __future__ import annotations
 
-from .base import HeadOutput, NoOptions, OutputHead
-from .mixture import MoCHead, MoSHead
-from .plif import FrozenPLIFHead, PLIFHead
-from .sigsoftmax import GSSHead, SigSoftmaxHead
-from .softmax import SoftmaxHead
+from importlib import import_module
+
+from .base import HeadOutput, NoOptions, OutputHead, TiedDecoder
+
+
+def _head(module: str, name: str) -> type[OutputHead]:
+    return getattr(import_module(f".{module}", __name__), name)
+
 
 HEADS: dict[str, type[OutputHead]] = {
-    "softmax": SoftmaxHead,
-    "ss": SigSoftmaxHead,
-    "gss": GSSHead,
-    "plif": PLIFHead,
-    "plif_frozen": FrozenPLIFHead,
-    "mos": MoSHead,
-    "moc": MoCHead,
+    "softmax": _head("softmax", "SoftmaxHead"),
+    "ss": _head("sigsoftmax", "SigSoftmaxHead"),
+    "gss": _head("sigsoftmax", "GSSHead"),
+    "plif": _head("plif", "PLIFHead"),
+    "plif_frozen": _head("plif", "FrozenPLIFHead"),
+    "mos": _head("mixture", "MoSHead"),
+    "moc": _head("mixture", "MoCHead"),
 }
 
-__all__ = ["HEADS", "HeadOutput", "NoOptions", "OutputHead"]
+__all__ = ["HEADS", "HeadOutput", "NoOptions", "OutputHead", "TiedDecoder"]

@@ -6,19 +6,21 @@ function f to the logits l = W g + b (SS, GSS, PLIF) also return f(l): rank.py n
 Training and perplexity need only the targets' log-probabilities: `target_log_probs` gives
 them, by default from forward(); a head may compute them more cheaply (MoS does).
 
-Heads are configured by a small frozen dataclass of their own options (the keys a
-config file may set under `head:` besides `name`). A head with no options uses
-`NoOptions`. The config loader validates user input against that dataclass, so a key
-the chosen head does not use is an error, never silently ignored.
+A head class is the single source of what the rest of the repository needs to know about it:
+its config options (`Options`, a small frozen dataclass: the keys a config may set under
+`head:` besides `name`; validated, so a key the head does not use is an error), its name in
+tables and figures (`label`), whether it returns transformed logits, options small enough for
+tests (`small_options`), and its maths written plainly (`reference`), which the tests compare
+with the (possibly fused) `forward`. Tests, tables, benchmarks and launch scripts read these.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
-from typing import Callable, ClassVar, NamedTuple, Optional
+from typing import ClassVar, NamedTuple, Optional
 
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 
 class HeadOutput(NamedTuple):
@@ -36,20 +38,36 @@ class NoOptions:
     """
 
 
+class TiedDecoder(nn.Module):
+    """l = W g + b with W the embedding matrix (shared Parameter) and b initialised to 0."""
+
+    def __init__(self, vocab_size: int, tied_weight: nn.Parameter):
+        super().__init__()
+        self.weight = tied_weight
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weight, self.bias)
+
+
 class OutputHead(nn.Module):
-    """Base class: subclasses set `Options` and implement `forward`.
+    """Base class: subclasses set `Options` and `label` and implement `forward`.
 
     Constructor arguments are the same for every head:
       options       an instance of cls.Options (validated)
       vocab_size    V
       emsize        d_emb, the size of the tied decoder rows
       nhidlast      size of g, the last LSTM layer's output
-      tied_weight   the embedding matrix (V x d_emb), shared as the decoder weight
+      tied_weight   the embedding matrix (V x d_emb), shared as the decoder weight (every head
+                    has `self.decoder`, a TiedDecoder)
     """
 
     Options: ClassVar[type] = NoOptions
+    label: ClassVar[str]                  # the head's name in tables and figures, e.g. "LMS-PLIF†"
     # Linear heads project g straight onto the tied embedding rows, so g must have size d_emb.
     requires_nhidlast_equal_emsize: ClassVar[bool] = True
+    # forward() returns f(l) besides the log-probabilities (rank.py ranks both).
+    has_transformed_logits: ClassVar[bool] = False
 
     def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
                  tied_weight: nn.Parameter):
@@ -57,8 +75,19 @@ class OutputHead(nn.Module):
         self.options = options
         self.vocab_size = vocab_size
 
+    @classmethod
+    def small_options(cls):
+        """Options for tiny test and smoke-test models (eager kernels, few parameters)."""
+        return cls.Options()
+
     def forward(self, hidden: torch.Tensor) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def reference(self, hidden: torch.Tensor) -> HeadOutput:
+        """The head's equation written plainly, with plain autograd: the same values and
+        gradients as forward() (tests check it), however forward computes them. A head whose
+        forward is already the plain formula keeps this default."""
+        return self(hidden)
 
     def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p(target) at every position, (T, B): all that the loss and perplexity need.
@@ -75,38 +104,3 @@ class OutputHead(nn.Module):
         of the main group. The training loop rescales every group's lr by seq_len / bptt.
         """
         return []
-
-
-class FusedKernel:
-    """A per-logit tensor function that runs through torch.compile when asked.
-
-    SS, GSS and PLIF apply a transform to all T*B*V logits; as separate tensor ops each op
-    is a full pass over memory, while inductor fuses the whole function into one pass. The
-    function is plain PyTorch, so the eager call computes the same expression (up to float
-    rounding): compiling is a speed matter only. If compiling or running the compiled code
-    fails (no C++ compiler, an unsupported platform), one warning is printed and every
-    kernel runs eagerly from then on.
-    """
-
-    _compile_failed: ClassVar[bool] = False
-
-    def __init__(self, fn: Callable):
-        self.fn = fn
-        self._compiled: Optional[Callable] = None
-
-    def __call__(self, *args, compiled: bool):
-        if compiled and not FusedKernel._compile_failed:
-            try:
-                if self._compiled is None:
-                    # dynamic: one kernel for every sequence length the variable BPTT draws.
-                    self._compiled = torch.compile(self.fn, dynamic=True)
-                return self._compiled(*args)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as error:  # whatever the compiler stack raises, eager still works
-                FusedKernel._compile_failed = True
-                reason = (str(error).strip().splitlines() or [""])[0]
-                warnings.warn(f"torch.compile failed ({type(error).__name__}: {reason}); output "
-                              "heads use their eager kernels from now on (same results, slower)",
-                              RuntimeWarning, stacklevel=2)
-        return self.fn(*args)

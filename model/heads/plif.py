@@ -1,16 +1,15 @@
 """LMS-PLIF ([LMS] section 4) and its frozen variant LMS-PLIF† ([SB] Table 3).
 
-log_probs = log_softmax(f(l)) with f a Piecewise Linear Increasing Function: K + 1 equally
-spaced knots on [-T, T], Delta = 2T/K, slopes s_i = softplus(v_i) > 0. For x in bucket
+log p = log_softmax(f(l)), l = W g + b, with f a Piecewise Linear Increasing Function: K + 1
+equally spaced knots on [-T, T], Delta = 2T/K, slopes s_i = softplus(v_i) > 0. For x in bucket
 i = clamp(floor((x + T) / Delta), 0, K - 1),
 
     f(x) = s_i (x - knot_i) + Delta * sum_{j<i} s_j,        knot_i = -T + i Delta,
 
-so f is continuous, and logits outside [-T, T] continue the two edge pieces.
-
-The forward pass is a bucket lookup and two gathers (s_i and the offset at knot i). The
-gradient needs, per logit, only the logit itself (the bucket is recomputed), so the
-function saves l and nothing else per logit: memory does not grow with K x batch.
+so f is continuous, and logits outside [-T, T] continue the two edge pieces. `plif_reference`
+is this definition with plain autograd (which would store an index per logit); the heads run a
+custom autograd function of the same f that saves only the logits (model/kernels/plif.py), and
+the tests check that the two agree.
 """
 from __future__ import annotations
 
@@ -21,8 +20,18 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .base import FusedKernel, HeadOutput, OutputHead
-from .softmax import TiedDecoder
+from ..kernels.plif import plif
+from .base import HeadOutput, OutputHead, TiedDecoder
+
+
+def plif_reference(x: torch.Tensor, v: torch.Tensor, bound: float) -> torch.Tensor:
+    """f(x) of the definition above, elementwise, with K = len(v) pieces on [-bound, bound]."""
+    knots = v.shape[0]
+    delta = 2 * bound / knots
+    s = F.softplus(v)
+    below = torch.cumsum(s, 0) - s                                   # sum_{j<i} s_j
+    i = torch.floor((x + bound) / delta).clamp(0, knots - 1).long()
+    return s[i] * (x - (-bound + i.to(x.dtype) * delta)) + delta * below[i]
 
 
 @dataclass(frozen=True)
@@ -48,109 +57,12 @@ class PLIFOptions(FrozenPLIFOptions):
             raise ValueError(f"lr: expected a finite value > 0, got {self.lr}")
 
 
-def _bucket(x: torch.Tensor, bound: float, knots: int) -> torch.Tensor:
-    """i = clamp(floor((x + T) / Delta), 0, K - 1) as int32."""
-    # Clamp while still floating point: huge or infinite logits must not reach the integer
-    # conversion (it would overflow). Truncation is floor once the value is >= 0.
-    i = ((x + bound) * (knots / (2 * bound))).clamp(0, knots - 1).int()
-    # A NaN logit converts to an arbitrary integer; clamping again keeps the gathers in
-    # bounds, and f(NaN) is still NaN.
-    return i.clamp(0, knots - 1)
-
-
-def _offset_in_bucket(x: torch.Tensor, i: torch.Tensor, bound: float, knots: int) -> torch.Tensor:
-    """x - knot_i, in x's dtype."""
-    return x - (i.to(x.dtype) * (2 * bound / knots) - bound)
-
-
-def _forward_kernel(x: torch.Tensor, slopes: torch.Tensor, offsets: torch.Tensor,
-                    bound: float) -> torch.Tensor:
-    knots = slopes.shape[0]
-    i = _bucket(x, bound, knots)
-    return slopes[i] * _offset_in_bucket(x, i, bound, knots) + offsets[i]
-
-
-def _input_gradient_kernel(x: torch.Tensor, slopes: torch.Tensor, grad: torch.Tensor,
-                           bound: float) -> torch.Tensor:
-    """grad * f'(x) = grad * s_i."""
-    return grad * slopes[_bucket(x, bound, slopes.shape[0])]
-
-
-def _bucket_pairs_kernel(x: torch.Tensor, grad: torch.Tensor, bound: float, knots: int):
-    """Each logit's bucket i and the pair (grad * (x - knot_i), grad) to be summed per bucket."""
-    i = _bucket(x, bound, knots)
-    return i, torch.stack([grad * _offset_in_bucket(x, i, bound, knots), grad], dim=-1)
-
-
-_FORWARD = FusedKernel(_forward_kernel)
-_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel)
-_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel)
-# Logits per scatter in backward: bounds the transient (bucket, pair) tensors to 48 MB, and
-# they stay in cache between the kernel that writes them and the scatter that reads them.
-_SCATTER_CHUNK = 1 << 22
-
-
-def _exclusive_cumsum(t: torch.Tensor) -> torch.Tensor:
-    """out_i = sum_{j<i} t_j."""
-    return torch.cat([t.new_zeros(1), torch.cumsum(t, 0)[:-1]])
-
-
-class _PLIF(torch.autograd.Function):
-    """f(x) for every logit x, as defined in the module docstring, with s = softplus(v).
-
-    d f(x) / d x = s_i. For the slopes, d f(x) / d s_j is (x - knot_i) for j = i, Delta for
-    every j < i, and 0 above i. Backward therefore scatter-adds grad * (x - knot_i) and grad
-    into per-bucket sums (bucket indices and these pairs are transient, chunk by chunk, never
-    saved), adds Delta times the sum of grad over all buckets above j, and multiplies by
-    d s / d v = sigmoid(v). Taking v rather than s as input means the only
-    tensors saved are the logits and v itself (a parameter, stored anyway).
-    """
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, v: torch.Tensor, bound: float,
-                compiled: bool) -> torch.Tensor:
-        slopes = F.softplus(v)
-        offsets = (2 * bound / v.shape[0]) * _exclusive_cumsum(slopes)
-        ctx.save_for_backward(logits, v)
-        ctx.bound, ctx.compiled = bound, compiled
-        return _FORWARD(logits.reshape(-1), slopes, offsets, bound,
-                        compiled=compiled).view_as(logits)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        logits, v = ctx.saved_tensors
-        v_needs_grad = ctx.needs_input_grad[1]
-        x, grad = logits.reshape(-1), grad.reshape(-1)
-        grad_x = _INPUT_GRADIENT(x, F.softplus(v), grad, ctx.bound, compiled=ctx.compiled)
-        grad_v = None
-        if v_needs_grad:
-            # Both per-bucket sums in one scatter of the pairs read as complex numbers: eager
-            # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
-            # goes through atomic adds and is several times slower on CPU.
-            knots = v.shape[0]
-            sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
-            for start in range(0, x.numel(), _SCATTER_CHUNK):
-                chunk = slice(start, start + _SCATTER_CHUNK)
-                bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], ctx.bound, knots,
-                                              compiled=ctx.compiled)
-                sums.index_add_(0, bucket, torch.view_as_complex(pairs))
-            in_bucket, per_bucket = sums.real, sums.imag
-            delta = 2 * ctx.bound / v.shape[0]
-            above = _exclusive_cumsum(per_bucket.flip(0)).flip(0)   # sum over buckets > j
-            grad_v = (in_bucket + delta * above) * torch.sigmoid(v)
-        return grad_x.view_as(logits), grad_v, None, None
-
-
-def plif(logits: torch.Tensor, v: torch.Tensor, bound: float,
-         compiled: bool = False) -> torch.Tensor:
-    """The PLIF on [-bound, bound] with slopes softplus(v) (K of them), elementwise."""
-    return _PLIF.apply(logits, v, float(bound), compiled)
-
-
 class PLIFHead(OutputHead):
     """LMS-PLIF: the slopes are learnt, through v, with a learning rate of their own."""
 
     Options = PLIFOptions
+    label = "LMS-PLIF"
+    has_transformed_logits = True
     trainable_slopes = True
 
     def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
@@ -164,6 +76,14 @@ class PLIFHead(OutputHead):
         else:
             self.register_buffer("v", v)   # in state_dict, not a parameter
 
+    @classmethod
+    def small_options(cls):
+        return cls.Options(knots=16, bound=4.0, compile=False)
+
+    def reference(self, hidden: torch.Tensor) -> HeadOutput:
+        transformed = plif_reference(self.decoder(hidden), self.v, self.options.bound)
+        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+
     def forward(self, hidden: torch.Tensor) -> HeadOutput:
         transformed = plif(self.decoder(hidden), self.v, self.options.bound, self.options.compile)
         return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
@@ -176,6 +96,7 @@ class FrozenPLIFHead(PLIFHead):
     """LMS-PLIF†: the slopes keep their random initial values."""
 
     Options = FrozenPLIFOptions
+    label = "LMS-PLIF†"
     trainable_slopes = False
 
     def extra_param_groups(self) -> list[dict]:

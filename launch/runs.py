@@ -1,7 +1,9 @@
-"""Many runs of one config: a set of seeds times a grid of overrides, one run directory each.
+"""What a run is called, and the one routine that takes a run directory to its results.
 
-Every run is `train.py CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR`
-(and `rank.py DIR` when asked). What is left to do is read from DIR itself, so re-issuing the
+A run is one config with overrides and a seed, in its own directory named by `run_name` (the
+only naming rule: train.py's default run.dir, sweep.py and the row scripts all use it). Every run
+is `train.py CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR` (and
+`rank.py DIR` when asked). What is left to do is read from DIR itself, so re-issuing the
 same sweep after a crash continues where it stopped:
 
     no last.pt                      -> train from scratch, evaluate (, rank)
@@ -9,28 +11,24 @@ same sweep after a crash continues where it stopped:
     finished, results missing       -> only the missing evaluate / rank
     finished and evaluated (ranked) -> skipped
 
-A run is finished when last.pt's progress says so, or (checkpoints without that flag) when its
-epoch is past train.epochs (train.py moves to the next epoch after saving the last one's results).
+A run is finished when last.pt's progress says so, or when it has completed train.epochs epochs
+(a run resumed with a larger train.epochs is not finished).
 """
 from __future__ import annotations
 
 import itertools
-import os
-import queue
 import re
-import shlex
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
 
-import torch
 import yaml
 
 from experiment.config import Config, load_config, parse_override
-from . import AnalysisError
+from experiment.progress import TrainingProgress
+from . import LaunchError
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = {name: REPO / f"{name}.py" for name in ("train", "evaluate", "rank")}
@@ -58,9 +56,9 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
         key = key.strip()
         items = [v.strip() for v in values.split(",")]
         if not key or not values or not all(items):
-            raise AnalysisError(f"--grid {spec!r}: expected key=value1,value2,..., e.g. head.k=2,2.5,3")
+            raise LaunchError(f"--grid {spec!r}: expected key=value1,value2,..., e.g. head.k=2,2.5,3")
         if key in (k for k, _ in grid):
-            raise AnalysisError(f"--grid {spec!r}: {key} is given twice")
+            raise LaunchError(f"--grid {spec!r}: {key} is given twice")
         grid.append((key, items))
     return grid
 
@@ -80,14 +78,14 @@ def plan_runs(config_path: Path, overrides: Sequence[str], grid: Sequence[tuple[
     keys = {".".join(parse_override(text)[0]) for text in overrides}
     for key in SWEEP_KEYS:
         if key in keys:
-            raise AnalysisError(f"override {key}: the sweep sets it (use --seeds and --out)")
+            raise LaunchError(f"override {key}: the sweep sets it (use --seeds and --out)")
     for key, _ in grid:
         if key in keys:
-            raise AnalysisError(f"--grid {key}: also given as an override; keep one")
+            raise LaunchError(f"--grid {key}: also given as an override; keep one")
     if seeds is None:       # the config's own seed
         seeds = [load_config(config_path, overrides).train.seed]
     if len(set(seeds)) != len(seeds):
-        raise AnalysisError(f"--seeds: repeated seed in {list(seeds)}")
+        raise LaunchError(f"--seeds: repeated seed in {list(seeds)}")
     points = list(itertools.product(*[[f"{key}={v}" for v in values] for key, values in grid]))
     runs = []
     combinations = list(itertools.product(points, seeds))
@@ -99,20 +97,19 @@ def plan_runs(config_path: Path, overrides: Sequence[str], grid: Sequence[tuple[
         runs.append(PlannedRun(len(runs), len(combinations), run_dir.name, run_dir, full,
                                load_config(config_path, full)))
     if len({run.dir for run in runs}) != len(runs):
-        raise AnalysisError("two grid points give the same run directory name; use distinct values")
+        raise LaunchError("two grid points give the same run directory name; use distinct values")
     return runs
 
 
 # ---------------------------------------------------------------------- what is left to do
 
-def read_progress(run_dir: Path) -> dict:
+def read_progress(run_dir: Path) -> TrainingProgress:
     path = run_dir / "last.pt"
     try:
-        # mmap: only the progress record is read, not the (large) model and optimizer tensors.
-        return dict(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"])
+        return TrainingProgress.read(path)
     except Exception as e:
-        raise AnalysisError(f"{path}: not a readable last.pt ({type(e).__name__}); "
-                            f"move the run directory away to start it again") from None
+        raise LaunchError(f"{path}: not a readable last.pt ({type(e).__name__}); "
+                          f"move the run directory away to start it again") from None
 
 
 def comparable(config: dict) -> dict:
@@ -133,7 +130,7 @@ def check_same_run(run: PlannedRun) -> None:
         for key in sorted(set(saved.get(section, {})) | set(planned.get(section, {}))):
             a, b = saved.get(section, {}).get(key), planned.get(section, {}).get(key)
             if a != b:
-                raise AnalysisError(f"{run.dir} holds a different run ({section}.{key} is {a!r} "
+                raise LaunchError(f"{run.dir} holds a different run ({section}.{key} is {a!r} "
                                     f"there, {b!r} in this sweep); choose another --out")
 
 
@@ -165,7 +162,7 @@ def is_finished(run: PlannedRun) -> bool:
     if not (run.dir / "last.pt").is_file():
         return False
     progress = read_progress(run.dir)
-    return bool(progress.get("finished")) or progress["epoch"] > run.config.train.epochs
+    return progress.finished or progress.completed_epochs >= run.config.train.epochs
 
 
 def pending_commands(run: PlannedRun, config_path: Path, rank_args: list[str] | None) -> list[list[str]]:
@@ -236,81 +233,8 @@ def process(run: PlannedRun, config_path: Path, rank_args: list[str] | None, tag
         run.dir.mkdir(parents=True, exist_ok=True)
         with open(run.dir / "sweep.log", "a", encoding="utf-8") as log:
             return execute(run, commands, env, log)
-    except AnalysisError as e:      # one bad run directory must not stop the others
+    except LaunchError as e:      # one bad run directory must not stop the others
         print(f"{tag} {run.dir}: {e}", flush=True)
         return f"failed: {e}"
 
 
-def sweep_local(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None) -> dict[str, str]:
-    """One run after another; their output goes to this terminal."""
-    return {str(run.dir): process(run, config_path, rank_args, f"[{run.index + 1}/{run.count}]")
-            for run in runs}
-
-
-def visible_gpus() -> list[str]:
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g.strip() for g in listed.split(",") if g.strip()]
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def sweep_gpus(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None,
-               gpus: Sequence[str]) -> dict[str, str]:
-    """One worker per GPU, each taking the next waiting run; output goes to DIR/sweep.log."""
-    if not gpus:
-        raise AnalysisError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
-    waiting: queue.Queue = queue.Queue()
-    for run in runs:
-        waiting.put(run)
-    outcomes: dict[str, str] = {}
-
-    def worker(gpu: str) -> None:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-        while True:
-            try:
-                run = waiting.get_nowait()
-            except queue.Empty:
-                return
-            outcome = process(run, config_path, rank_args, f"[gpu {gpu}]", env, log_to_run_dir=True)
-            outcomes[str(run.dir)] = outcome
-            print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
-
-    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in gpus]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes
-
-
-def summary(outcomes: dict[str, str]) -> tuple[str, bool]:
-    """A few lines for the end of the sweep, and whether every run succeeded."""
-    counts = {kind: sum(o.split(":")[0] == kind for o in outcomes.values())
-              for kind in ("done", "skipped", "incomplete", "failed")}
-    lines = [", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "no runs"]
-    lines += [f"  {run_dir}: {o}" for run_dir, o in outcomes.items() if o.startswith("failed")]
-    lines += [f"  {run_dir}: stopped before train.epochs (run.max_steps?); not evaluated"
-              for run_dir, o in outcomes.items() if o == "incomplete"]
-    return "\n".join(lines), counts["failed"] == 0
-
-
-# ---------------------------------------------------------------------- slurm
-
-def slurm_script(runs: Sequence[PlannedRun], sweep_command: list[str], out: Path,
-                 job_name: str, sbatch_options: Sequence[str], array_limit: int | None) -> str:
-    """A job-array script: array task i runs `sweep_command --task i`, i.e. only the i-th run.
-
-    Re-submitting the script continues unfinished runs and skips finished ones, as locally.
-    """
-    array = f"0-{len(runs) - 1}" + (f"%{array_limit}" if array_limit else "")
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={job_name}",
-             f"#SBATCH --array={array}",
-             f"#SBATCH --output={out.resolve()}/slurm-%A_%a.out",
-             *[f"#SBATCH {option}" for option in sbatch_options],
-             f"# {len(runs)} runs, one per array task (written by sweep.py):",
-             *[f"#   {run.index}: {run.name}" for run in runs],
-             "set -euo pipefail",
-             f"cd {shlex.quote(str(Path.cwd()))}",
-             f'exec {shlex.join(sweep_command)} --task "$SLURM_ARRAY_TASK_ID"']
-    return "\n".join(lines) + "\n"

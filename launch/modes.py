@@ -1,0 +1,92 @@
+"""The ways to run many planned runs, each through `runs.process` (train -> evaluate -> rank):
+one after another in this terminal, one per GPU in parallel (output to DIR/sweep.log), or a
+Slurm job array whose task i runs the i-th planned run.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import shlex
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from . import LaunchError
+from .runs import PlannedRun, process
+
+
+def sweep_local(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None) -> dict[str, str]:
+    """One run after another; their output goes to this terminal."""
+    return {str(run.dir): process(run, config_path, rank_args, f"[{run.index + 1}/{run.count}]")
+            for run in runs}
+
+
+def visible_gpus() -> list[str]:
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def sweep_gpus(runs: Sequence[PlannedRun], config_path: Path, rank_args: list[str] | None,
+               gpus: Sequence[str]) -> dict[str, str]:
+    """One worker per GPU, each taking the next waiting run; output goes to DIR/sweep.log."""
+    if not gpus:
+        raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
+    waiting: queue.Queue = queue.Queue()
+    for run in runs:
+        waiting.put(run)
+    outcomes: dict[str, str] = {}
+
+    def worker(gpu: str) -> None:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+        while True:
+            try:
+                run = waiting.get_nowait()
+            except queue.Empty:
+                return
+            outcome = process(run, config_path, rank_args, f"[gpu {gpu}]", env, log_to_run_dir=True)
+            outcomes[str(run.dir)] = outcome
+            print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
+
+    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in gpus]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def summary(outcomes: dict[str, str]) -> tuple[str, bool]:
+    """A few lines for the end of the sweep, and whether every run succeeded."""
+    counts = {kind: sum(o.split(":")[0] == kind for o in outcomes.values())
+              for kind in ("done", "skipped", "incomplete", "failed")}
+    lines = [", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "no runs"]
+    lines += [f"  {run_dir}: {o}" for run_dir, o in outcomes.items() if o.startswith("failed")]
+    lines += [f"  {run_dir}: stopped before train.epochs (run.max_steps?); not evaluated"
+              for run_dir, o in outcomes.items() if o == "incomplete"]
+    return "\n".join(lines), counts["failed"] == 0
+
+
+# ---------------------------------------------------------------------- slurm
+
+def slurm_script(runs: Sequence[PlannedRun], sweep_command: list[str], out: Path,
+                 job_name: str, sbatch_options: Sequence[str], array_limit: int | None) -> str:
+    """A job-array script: array task i runs `sweep_command --task i`, i.e. only the i-th run.
+
+    Re-submitting the script continues unfinished runs and skips finished ones, as locally.
+    """
+    array = f"0-{len(runs) - 1}" + (f"%{array_limit}" if array_limit else "")
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name={job_name}",
+             f"#SBATCH --array={array}",
+             f"#SBATCH --output={out.resolve()}/slurm-%A_%a.out",
+             *[f"#SBATCH {option}" for option in sbatch_options],
+             f"# {len(runs)} runs, one per array task (written by sweep.py):",
+             *[f"#   {run.index}: {run.name}" for run in runs],
+             "set -euo pipefail",
+             f"cd {shlex.quote(str(Path.cwd()))}",
+             f'exec {shlex.join(sweep_command)} --task "$SLURM_ARRAY_TASK_ID"']
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,42 @@
+"""Per-logit functions that run through torch.compile when asked, with an eager fallback."""
+from __future__ import annotations
+
+import warnings
+from typing import Callable, ClassVar, Optional
+
+import torch
+
+
+class FusedKernel:
+    """A per-logit tensor function that runs through torch.compile when asked.
+
+    SS, GSS and PLIF apply a transform to all T*B*V logits; as separate tensor ops each op
+    is a full pass over memory, while inductor fuses the whole function into one pass. The
+    function is plain PyTorch, so the eager call computes the same expression (up to float
+    rounding): compiling is a speed matter only. If compiling or running the compiled code
+    fails (no C++ compiler, an unsupported platform), one warning is printed and every
+    kernel runs eagerly from then on.
+    """
+
+    _compile_failed: ClassVar[bool] = False
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._compiled: Optional[Callable] = None
+
+    def __call__(self, *args, compiled: bool):
+        if compiled and not FusedKernel._compile_failed:
+            try:
+                if self._compiled is None:
+                    # dynamic: one kernel for every sequence length the variable BPTT draws.
+                    self._compiled = torch.compile(self.fn, dynamic=True)
+                return self._compiled(*args)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as error:  # whatever the compiler stack raises, eager still works
+                FusedKernel._compile_failed = True
+                reason = (str(error).strip().splitlines() or [""])[0]
+                warnings.warn(f"torch.compile failed ({type(error).__name__}: {reason}); output "
+                              "heads use their eager kernels from now on (same results, slower)",
+                              RuntimeWarning, stacklevel=2)
+        return self.fn(*args)

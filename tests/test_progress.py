@@ -1,0 +1,63 @@
+"""TrainingProgress: the one record of where a run stands, saved in last.pt as a unit."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import train
+from experiment.progress import TrainingProgress
+from tests.conftest import TINY
+
+# The keys last.pt's "progress" dict has held since the first checkpoint format.
+SAVED_KEYS = {"epoch", "position", "step", "hidden", "epoch_nll_sum", "epoch_tokens",
+              "epoch_seconds", "val_history", "best_val", "asgd_start_epoch", "finished"}
+
+
+def a_progress() -> TrainingProgress:
+    hidden = [[(torch.randn(1, 2, 3), torch.randn(1, 2, 3)) for _ in range(3)] for _ in range(2)]
+    return TrainingProgress(epoch=4, position=35, step=99, hidden=hidden, epoch_nll_sum=12.5,
+                            epoch_tokens=70, epoch_seconds=3.25, val_history=[5.0, 4.5, 4.4],
+                            best_val=4.4, asgd_start_epoch=3, finished=False)
+
+
+def test_round_trip_keeps_every_field_and_the_saved_keys():
+    progress = a_progress()
+    saved = progress.to_dict()
+    assert set(saved) == SAVED_KEYS
+    assert all(isinstance(h, list) and isinstance(h[0], list) for h in saved["hidden"])
+    restored = TrainingProgress.from_dict(saved)
+    for name in SAVED_KEYS - {"hidden"}:
+        assert getattr(restored, name) == getattr(progress, name), name
+    for chunk, original in zip(restored.hidden, progress.hidden):
+        for (h, c), (h0, c0) in zip(chunk, original):
+            assert torch.equal(h, h0) and torch.equal(c, c0)
+    restored.val_history.append(1.0)                 # a copy, not the saved list itself
+    assert saved["val_history"] == [5.0, 4.5, 4.4]
+
+
+def test_start_next_epoch_resets_the_epochs_sums_and_keeps_the_history():
+    progress = a_progress()
+    progress.start_next_epoch()
+    assert (progress.epoch, progress.position, progress.hidden) == (5, 0, None)
+    assert (progress.epoch_nll_sum, progress.epoch_tokens, progress.epoch_seconds) == (0.0, 0, 0.0)
+    assert progress.completed_epochs == 4 and progress.step == 99
+    assert progress.val_history == [5.0, 4.5, 4.4] and progress.best_val == 4.4
+
+
+def test_a_fresh_record_is_a_run_that_has_not_started():
+    progress = TrainingProgress()
+    assert (progress.epoch, progress.step, progress.val_history) == (1, 0, [])
+    assert progress.best_val == math.inf and progress.completed_epochs == 0
+
+
+def test_last_pt_holds_the_trainers_record_and_read_gives_it_back(small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={small_data}", *TINY,
+                       "run.max_steps=3", f"run.dir={run_dir}"]) == 0
+    saved = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
+    assert set(saved) == SAVED_KEYS
+    progress = TrainingProgress.read(run_dir / "last.pt")
+    assert (progress.epoch, progress.step, progress.finished) == (1, 3, False)
+    assert progress.position == saved["position"] > 0
+    assert len(progress.hidden) == 1 and len(progress.hidden[0]) == 3    # one chunk, three layers
