@@ -1,5 +1,9 @@
-"""Run one config over several seeds and an override grid, each run in its own directory.
+"""Run one config over several seeds and an override grid, or an experiment plan, each run in its
+own directory.
 
+    python sweep.py sweeps/sb_table2_ptb.yaml                  # a plan: [SB] Table 2, PTB (77 runs)
+    python sweep.py sweeps/sb_table2_ptb.yaml --dry-run        # what it would run, and how many
+    python sweep.py sweeps/sb_table2_ptb.yaml --report         # its tables and figures from the runs
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 143 --out runs/ptb
     python sweep.py configs/ptb/gss.yaml --grid head.c=-1.5,-1,0 --grid head.k=2,2.5,3 --out runs/gss
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
@@ -8,7 +12,9 @@
         --sbatch=--gres=gpu:1 --submit
 
 Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. Re-issuing the
-same command continues interrupted runs and skips finished ones (see launch/runs.py).
+same command continues interrupted runs and skips finished ones (see launch/runs.py). A plan
+(launch/plans.py, the files in sweeps/) names its configs, seeds, grids, what runs after training
+and its report commands; every option below applies to it too, except those a plan gives itself.
 """
 from __future__ import annotations
 
@@ -21,18 +27,24 @@ from pathlib import Path
 from experiment.config import ConfigError
 from launch import LaunchError
 from launch.modes import slurm_script, summary, sweep_gpus, sweep_local, visible_gpus
-from launch.runs import describe, parse_grid, pending_commands, plan_runs
+from launch.plans import Plan, is_plan, load_plan
+from launch.runs import Experiment, describe, parse_grid, pending_commands, plan_runs, rank_analysis
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description="Train (, evaluate, rank) one config over seeds and an override grid.",
-        epilog="key=value overrides after the config are passed to every run. Options for sbatch "
-               "that start with '-' are given with '=', e.g. --sbatch=--gres=gpu:1.")
-    parser.add_argument("config", help="config file, e.g. configs/ptb/softmax.yaml")
+        description="Train (, evaluate, rank) one config over seeds and an override grid, or a plan.",
+        epilog="key=value overrides after the config or plan are passed to every run. Options for "
+               "sbatch that start with '-' are given with '=', e.g. --sbatch=--gres=gpu:1.")
+    parser.add_argument("config", help="config file (configs/ptb/softmax.yaml) or plan file (sweeps/*.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides shared by all runs")
-    parser.add_argument("--out", required=True, help="folder that receives one run directory per run")
-    parser.add_argument("--seeds", nargs="+", help="train.seed values (default: the config's)")
+    parser.add_argument("--out", help="folder that receives one run directory per run "
+                                      "(required with a config; a plan names its own)")
+    parser.add_argument("--seeds", nargs="+", help="train.seed values (default: the config's, or the plan's)")
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help="only the first N runs of each experiment (a smoke test of a plan)")
+    parser.add_argument("--report", action="store_true",
+                        help="a plan: run its report.py commands on the runs there are, train nothing")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                         help="values of one key; several --grid give their cartesian product")
     parser.add_argument("--rank", action="store_true", help="also run rank.py on every run")
@@ -63,30 +75,60 @@ def parse_args(argv=None):
         parser.error("--gpus belongs to --mode gpus")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit: expected an integer >= 1, got {args.limit}")
+    args.plan = None                     # loaded in main(), where its errors become one line
+    if is_plan(Path(args.config)):
+        given = [flag for flag, value in (("--grid", args.grid), ("--rank", args.rank),
+                                          ("--rank-args", args.rank_args)) if value]
+        if given:
+            parser.error(f"{given[0]}: {args.config} is a plan, which names its own grids and rank options")
+    elif args.report:
+        parser.error("--report runs a plan's report commands: give a plan file")
+    elif not args.out:
+        parser.error("--out: give the folder for the run directories (a plan names its own)")
     return args
 
 
 def inner_sweep_command(args) -> list[str]:
     """This sweep as the command every slurm array task runs (it adds --task $SLURM_ARRAY_TASK_ID)."""
     command = [sys.executable, str(Path(__file__).resolve()), args.config, *args.overrides,
-               "--out", args.out]
+               "--out", str(out_folder(args))]
     for grid in args.grid:
         command += ["--grid", grid]
     if args.seeds:
         command += ["--seeds", *map(str, args.seeds)]
+    if args.limit:
+        command += ["--limit", str(args.limit)]
     return command + (["--rank", f"--rank-args={args.rank_args}"] if args.rank else [])
 
 
-def print_plan(runs, config_path: Path, rank_args: list[str] | None) -> None:
+def out_folder(args) -> Path:
+    return Path(args.out) if args.out else args.plan.out
+
+
+def print_plan(runs, analyses) -> None:
     for run in runs:
-        commands = pending_commands(run, config_path, rank_args)
+        commands = pending_commands(run, analyses)
         print(f"# [{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
         for command in commands:
             print(shlex.join(command))
+    total = runs[0].count if runs else 0
+    print(f"# {total} runs planned" if len(runs) == total else f"# {len(runs)} of {total} planned runs")
+
+
+def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
+    """The plan's report.py commands, one after another; the first failure stops them."""
+    import report
+    for arguments in plan.report_commands(out):
+        print(f"+ python report.py {shlex.join(arguments)}", flush=True)
+        if not dry_run and report.main(arguments) != 0:
+            return 2
+    return 0
 
 
 def write_slurm(args, runs) -> int:
-    out = Path(args.out)
+    out = out_folder(args)
     script = slurm_script(runs, inner_sweep_command(args), out, f"sweep-{Path(args.config).stem}",
                           args.sbatch, args.array_limit)
     if args.dry_run:
@@ -115,7 +157,16 @@ def main(argv=None) -> int:
     try:
         if not config_path.is_file():
             raise LaunchError(f"{config_path}: config file not found")
-        runs = plan_runs(config_path, args.overrides, parse_grid(args.grid), args.seeds, Path(args.out))
+        if is_plan(config_path):
+            args.plan = load_plan(config_path)
+            if args.report:
+                return run_reports(args.plan, out_folder(args), args.dry_run)
+            experiments, analyses = args.plan.experiments, args.plan.analyses
+        else:
+            experiments = [Experiment(config_path, grid=tuple((key, tuple(values))
+                                                              for key, values in parse_grid(args.grid)))]
+            analyses = [rank_analysis(shlex.split(args.rank_args))] if args.rank else []
+        runs = plan_runs(experiments, out_folder(args), args.overrides, args.seeds, args.limit)
         if args.task is not None:
             if not 0 <= args.task < len(runs):
                 raise LaunchError(f"--task {args.task}: the sweep has {len(runs)} runs "
@@ -123,15 +174,14 @@ def main(argv=None) -> int:
             runs = [runs[args.task]]
         if args.mode == "slurm":
             return write_slurm(args, runs)
-        rank_args = shlex.split(args.rank_args) if args.rank else None
         if args.dry_run:
-            print_plan(runs, config_path, rank_args)
+            print_plan(runs, analyses)
             return 0
         if args.mode == "gpus":
             gpus = args.gpus.split(",") if args.gpus else visible_gpus()
-            outcomes = sweep_gpus(runs, config_path, rank_args, gpus)
+            outcomes = sweep_gpus(runs, analyses, gpus)
         else:
-            outcomes = sweep_local(runs, config_path, rank_args)
+            outcomes = sweep_local(runs, analyses)
     except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -182,19 +182,20 @@ def parse_yaml(text: str):
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path, what: str = "config file") -> dict:
+    """The mapping a YAML file holds (strict rules), or a ConfigError line naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
         data = parse_yaml(text)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raise ConfigError(f"{path}: {what} not found") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a YAML config file") from None
+        raise ConfigError(f"{path}: is a directory, expected a YAML {what}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
-                          f"{e.start}); expected a YAML config file") from None
+                          f"{e.start}); expected a YAML {what}") from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+        raise ConfigError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
     except _DuplicateKey as e:
         raise ConfigError(f"{path}: line {e.mark.line + 1}: key {e.key!r} is written twice in "
                           f"the same mapping; keep one") from None
@@ -206,7 +207,7 @@ def _read_yaml(path: Path) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     return data
 
 
@@ -228,7 +229,7 @@ def _load_file(path: Path, origin: dict, seen: tuple = ()) -> dict:
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: base files include each other in a cycle")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     base = data.pop("base", None)
     merged: dict = {}
     if base is not None:

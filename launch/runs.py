@@ -16,6 +16,7 @@ A run is finished when last.pt's progress says so, or when it has completed trai
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import subprocess
@@ -37,11 +38,40 @@ SWEEP_KEYS = ("train.seed", "run.dir")
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """One config over seeds and a grid of overrides: what `sweep.py CONFIG` runs; a plan file
+    (launch/plans.py) lists several."""
+    config: Path
+    overrides: tuple[str, ...] = ()                          # shared by all its runs
+    grid: tuple[tuple[str, tuple[str, ...]], ...] = ()      # (key, values): their cartesian product
+    seeds: tuple[int, ...] | None = None                     # None: the config's own seed
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A command run on a trained run directory, `python SCRIPT.py DIR ARGS`, needed unless its
+    `result` file there is newer than best.pt."""
+    script: str                  # "evaluate" or "rank"
+    args: tuple[str, ...]
+    result: str                  # e.g. rank_test.json
+
+
+def rank_analysis(rank_args: Sequence[str], robustness: bool = False) -> Analysis:
+    """rank.py with these options (--robustness: SM section 5's algorithms instead of the ranks)."""
+    args = tuple(rank_args)
+    split = args[args.index("--split") + 1] if "--split" in args[:-1] else "test"
+    if robustness:
+        return Analysis("rank", ("--robustness", *args), f"robustness_{split}.json")
+    return Analysis("rank", args, f"rank_{split}.json")
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     index: int                   # 0-based, in the order runs are planned (the slurm array index)
     count: int                   # runs in the whole sweep
     name: str
     dir: Path
+    config_path: Path
     overrides: tuple[str, ...]   # after the config: the sweep's, the grid point's, seed, run.dir
     config: Config               # resolved, to validate before anything starts
 
@@ -72,32 +102,41 @@ def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)    # a value like a path must not nest folders
 
 
-def plan_runs(config_path: Path, overrides: Sequence[str], grid: Sequence[tuple[str, list[str]]],
-              seeds: Sequence[int] | None, out: Path) -> list[PlannedRun]:
-    """Every (grid point, seed) as a run, each config resolved now so a bad key fails before any run."""
+def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[str] = (),
+              seeds: Sequence[int] | None = None, limit: int | None = None) -> list[PlannedRun]:
+    """Every (experiment, grid point, seed) as a run, each config resolved now so a bad key fails
+    before any run. `overrides` go to every run (after the experiment's own), `seeds` replace
+    every experiment's, and `limit` keeps the first runs of each experiment (a smoke test)."""
+    planned = []
+    for experiment in experiments:
+        planned += _experiment_runs(experiment, out, overrides, seeds)[:limit]
+    if len({run.dir for run in planned}) != len(planned):
+        raise LaunchError("two planned runs get the same run directory name; use distinct values")
+    return [dataclasses.replace(run, index=i, count=len(planned)) for i, run in enumerate(planned)]
+
+
+def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
+                     seeds: Sequence[int] | None) -> list[PlannedRun]:
+    config_path, overrides = experiment.config, [*experiment.overrides, *extra]
     keys = {".".join(parse_override(text)[0]) for text in overrides}
     for key in SWEEP_KEYS:
         if key in keys:
             raise LaunchError(f"override {key}: the sweep sets it (use --seeds and --out)")
-    for key, _ in grid:
+    for key, _ in experiment.grid:
         if key in keys:
             raise LaunchError(f"--grid {key}: also given as an override; keep one")
-    if seeds is None:       # the config's own seed
-        seeds = [load_config(config_path, overrides).train.seed]
+    seeds = seeds or experiment.seeds or [load_config(config_path, overrides).train.seed]
     if len(set(seeds)) != len(seeds):
         raise LaunchError(f"--seeds: repeated seed in {list(seeds)}")
-    points = list(itertools.product(*[[f"{key}={v}" for v in values] for key, values in grid]))
+    points = list(itertools.product(*[[f"{key}={v}" for v in values] for key, values in experiment.grid]))
     runs = []
-    combinations = list(itertools.product(points, seeds))
-    for point, seed in combinations:
+    for point, seed in itertools.product(points, seeds):
         base = [*overrides, *point, f"train.seed={seed}"]
         dataset = load_config(config_path, base).data.dataset
         run_dir = out / run_name(dataset, config_path, point, seed)
         full = (*base, f"run.dir={run_dir}")
-        runs.append(PlannedRun(len(runs), len(combinations), run_dir.name, run_dir, full,
+        runs.append(PlannedRun(0, 0, run_dir.name, run_dir, config_path, full,
                                load_config(config_path, full)))
-    if len({run.dir for run in runs}) != len(runs):
-        raise LaunchError("two grid points give the same run directory name; use distinct values")
     return runs
 
 
@@ -165,23 +204,24 @@ def is_finished(run: PlannedRun) -> bool:
     return progress.finished or progress.completed_epochs >= run.config.train.epochs
 
 
-def pending_commands(run: PlannedRun, config_path: Path, rank_args: list[str] | None) -> list[list[str]]:
-    """The commands still needed for `run`, in order (empty: nothing left to do)."""
+def pending_commands(run: PlannedRun, analyses: Sequence[Analysis] = ()) -> list[list[str]]:
+    """The commands still needed for `run`, in order (empty: nothing left to do): training (or
+    resuming it), evaluate.py, then each of `analyses` whose result is missing or older than
+    best.pt."""
     py = sys.executable
     commands = []
     if not (run.dir / "last.pt").is_file():
-        commands.append([py, str(SCRIPTS["train"]), str(config_path), *run.overrides])
+        commands.append([py, str(SCRIPTS["train"]), str(run.config_path), *run.overrides])
     else:
         check_same_run(run)
         if not is_finished(run):
             commands.append([py, str(SCRIPTS["train"]), "--resume", str(run.dir), *resume_overrides(run)])
     training = bool(commands)
     best = run.dir / "best.pt"
-    if training or not is_fresh(run.dir / "eval_best.json", best):
-        device = [] if run.config.run.device == "auto" else ["--device", run.config.run.device]
-        commands.append([py, str(SCRIPTS["evaluate"]), str(run.dir), *device])
-    if rank_args is not None and (training or not is_fresh(run.dir / "rank_test.json", best)):
-        commands.append([py, str(SCRIPTS["rank"]), str(run.dir), *rank_args])
+    device = () if run.config.run.device == "auto" else ("--device", run.config.run.device)
+    for analysis in (Analysis("evaluate", device, "eval_best.json"), *analyses):
+        if training or not is_fresh(run.dir / analysis.result, best):
+            commands.append([py, str(SCRIPTS[analysis.script]), str(run.dir), *analysis.args])
     return commands
 
 
@@ -220,11 +260,11 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     return "resume" if "--resume" in first else "new"
 
 
-def process(run: PlannedRun, config_path: Path, rank_args: list[str] | None, tag: str,
-            env: dict | None = None, log_to_run_dir: bool = False) -> str:
+def process(run: PlannedRun, analyses: Sequence[Analysis], tag: str, env: dict | None = None,
+            log_to_run_dir: bool = False) -> str:
     """Work out and run what is left of one run; its outcome (see `execute`, or "skipped")."""
     try:
-        commands = pending_commands(run, config_path, rank_args)
+        commands = pending_commands(run, analyses)
         print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
         if not commands:
             return "skipped"

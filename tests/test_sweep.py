@@ -149,8 +149,9 @@ def test_dry_run_prints_every_command_and_runs_nothing(overrides, tmp_path, caps
                        "--out", str(out), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert not out.exists()
-    titles = [line for line in lines if line.startswith("#")]
+    titles = [line for line in lines if line.startswith("# [")]
     commands = [shlex.split(line) for line in lines if not line.startswith("#")]
+    assert lines[-1] == "# 8 runs planned"
     assert len(titles) == 8 and all(t.endswith(": new") for t in titles)
     assert [Path(c[1]).name for c in commands] == ["train.py", "evaluate.py", "rank.py"] * 8
     first = commands[0]
@@ -239,7 +240,8 @@ def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, mo
     assert sweep.main(task[3:] + ["--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"# [5/6] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
-    assert len(printed) == 3      # its title, train.py, evaluate.py
+    assert len(printed) == 4      # its title, train.py, evaluate.py, the count
+    assert printed[-1] == "# 1 of 6 planned runs"
 
 
 @pytest.mark.parametrize("config", ["configs/ptb/softmax.yaml", "configs/ptb/fair_mos_d280.yaml"])

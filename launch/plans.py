@@ -1,0 +1,123 @@
+"""Experiment plans: one YAML file per table or figure, run by `python sweep.py PLAN`.
+
+A plan lists the experiments (configs, their seeds, override grids) behind one result, what runs
+on each trained run (rank.py, the Press-rank robustness), and the report.py commands that turn
+the runs into the table or figure:
+
+    title: "[SB] Table 2, PTB"
+    out: runs/sb_table2_ptb              # the run directories go here (sweep.py --out replaces it)
+    seeds: [config, 1, 2, 3]             # `config`: the config's own seed (the authors')
+    rank: []                             # rank.py options; leave out to skip rank.py
+    robustness: []                       # rank.py --robustness options; leave out to skip
+    experiments:
+      - config: configs/ptb/softmax.yaml
+      - config: configs/ptb/gss.yaml
+        overrides: [train.asgd_trigger=nt]
+        grid: {head.c: [-1, 0], head.k: [2, 3]}
+        seeds: [config]                  # replaces the plan's seeds for this experiment
+    report:                              # report.py arguments; {out}: the plan's folder,
+      - table --paper table2 {out} --out {out}/table2     # {runs}: the folder that holds it
+
+Every key is checked: an unknown key, a value of the wrong type or a config that does not exist
+is one line naming the plan file and the key.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiment.config import ConfigError, load_config, read_yaml
+from . import LaunchError
+from .runs import Analysis, Experiment, rank_analysis, yaml_scalar
+
+PLAN_KEYS = {"title", "out", "seeds", "rank", "robustness", "experiments", "report"}
+EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    title: str
+    out: Path
+    experiments: tuple[Experiment, ...]
+    analyses: tuple[Analysis, ...]          # run on every trained run, after evaluate.py
+    reports: tuple[str, ...]                # report.py argument strings, {out} and {runs} unfilled
+
+    def report_commands(self, out: Path | None = None) -> list[list[str]]:
+        """report.py's argument lists, with the plan's folder (or `out`) filled in."""
+        out = out or self.out
+        return [shlex.split(text.format(out=out, runs=out.parent)) for text in self.reports]
+
+
+def is_plan(path: Path) -> bool:
+    """A plan file is a YAML file with `experiments:` at the top level (a config never has it)."""
+    try:
+        return path.suffix in (".yaml", ".yml") and "experiments" in read_yaml(path)
+    except ConfigError:
+        return False
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        data = read_yaml(path, "plan file")
+    except ConfigError as e:
+        raise LaunchError(str(e)) from None
+
+    def fail(key: str, expected: str, value) -> LaunchError:
+        return LaunchError(f"{path}: {key}: expected {expected}, got {value!r}")
+
+    unknown = sorted(set(data) - PLAN_KEYS)
+    if unknown:
+        raise LaunchError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(sorted(PLAN_KEYS))})")
+    for key in ("title", "out"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise fail(key, "a string", data.get(key))
+    analyses = []
+    for key in ("rank", "robustness"):
+        if key in data:
+            options = _strings(data[key], key, fail)
+            analyses.append(rank_analysis(options, robustness=key == "robustness"))
+    experiments = data.get("experiments")
+    if not isinstance(experiments, list) or not experiments:
+        raise fail("experiments", "a non-empty list of experiments", experiments)
+    plan_seeds = data.get("seeds")
+    return Plan(path, data["title"], Path(data["out"]),
+                tuple(_experiment(entry, i, plan_seeds, fail) for i, entry in enumerate(experiments)),
+                tuple(analyses), tuple(_strings(data.get("report", []), "report", fail)))
+
+
+def _strings(value, key: str, fail) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise fail(key, "a list of strings", value)
+    return value
+
+
+def _experiment(entry, index: int, plan_seeds, fail) -> Experiment:
+    where = f"experiments[{index}]"
+    if not isinstance(entry, dict):
+        raise fail(where, "a mapping with a config", entry)
+    unknown = sorted(set(entry) - EXPERIMENT_KEYS)
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(EXPERIMENT_KEYS))}", unknown[0])
+    config = Path(str(entry.get("config", "")))
+    if not config.is_file():
+        raise fail(f"{where}.config", "an existing config file", entry.get("config"))
+    overrides = tuple(_strings(entry.get("overrides", []), f"{where}.overrides", fail))
+    grid = entry.get("grid", {})
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise fail(f"{where}.grid", "a mapping of keys to non-empty lists of values", grid)
+    seeds = entry.get("seeds", plan_seeds)
+    if seeds is not None:
+        if not isinstance(seeds, list) or not seeds or not all(
+                s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds):
+            raise fail(f"{where}.seeds", "a list of integers (and `config`)", seeds)
+        try:
+            own = load_config(config, list(overrides)).train.seed
+        except ConfigError as e:
+            raise LaunchError(f"{where}: {e}") from None
+        seeds = tuple(own if s == "config" else s for s in seeds)
+    return Experiment(config, overrides,
+                      tuple((key, tuple(yaml_scalar(v) for v in values)) for key, values in grid.items()),
+                      seeds)
