@@ -107,14 +107,15 @@ def out_folder(args) -> Path:
     return Path(args.out) if args.out else args.plan.out
 
 
-def print_plan(runs, analyses) -> None:
+def print_plan(runs) -> None:
     for run in runs:
-        commands = pending_commands(run, analyses)
+        commands = pending_commands(run)
         print(f"# [{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
         for command in commands:
             print(shlex.join(command))
     total = runs[0].count if runs else 0
-    print(f"# {total} runs planned" if len(runs) == total else f"# {len(runs)} of {total} planned runs")
+    print(f"# {total} run{'s' * (total != 1)} planned" if len(runs) == total
+          else f"# {len(runs)} of {total} planned runs")
 
 
 def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
@@ -161,11 +162,11 @@ def main(argv=None) -> int:
             args.plan = load_plan(config_path)
             if args.report:
                 return run_reports(args.plan, out_folder(args), args.dry_run)
-            experiments, analyses = args.plan.experiments, args.plan.analyses
+            experiments = args.plan.experiments
         else:
-            experiments = [Experiment(config_path, grid=tuple((key, tuple(values))
-                                                              for key, values in parse_grid(args.grid)))]
-            analyses = [rank_analysis(shlex.split(args.rank_args))] if args.rank else []
+            grid = tuple((key, tuple(values)) for key, values in parse_grid(args.grid))
+            analyses = (rank_analysis(shlex.split(args.rank_args)),) if args.rank else ()
+            experiments = [Experiment(config_path, grid=grid, analyses=analyses)]
         runs = plan_runs(experiments, out_folder(args), args.overrides, args.seeds, args.limit)
         if args.task is not None:
             if not 0 <= args.task < len(runs):
@@ -175,13 +176,13 @@ def main(argv=None) -> int:
         if args.mode == "slurm":
             return write_slurm(args, runs)
         if args.dry_run:
-            print_plan(runs, analyses)
+            print_plan(runs)
             return 0
         if args.mode == "gpus":
             gpus = args.gpus.split(",") if args.gpus else visible_gpus()
-            outcomes = sweep_gpus(runs, analyses, gpus)
+            outcomes = sweep_gpus(runs, gpus)
         else:
-            outcomes = sweep_local(runs, analyses)
+            outcomes = sweep_local(runs)
     except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

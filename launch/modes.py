@@ -14,12 +14,12 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import Analysis, PlannedRun, process
+from .runs import PlannedRun, process
 
 
-def sweep_local(runs: Sequence[PlannedRun], analyses: Sequence[Analysis]) -> dict[str, str]:
+def sweep_local(runs: Sequence[PlannedRun]) -> dict[str, str]:
     """One run after another; their output goes to this terminal."""
-    return {str(run.dir): process(run, analyses, f"[{run.index + 1}/{run.count}]") for run in runs}
+    return {str(run.dir): process(run, f"[{run.index + 1}/{run.count}]") for run in runs}
 
 
 def visible_gpus() -> list[str]:
@@ -29,8 +29,7 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def sweep_gpus(runs: Sequence[PlannedRun], analyses: Sequence[Analysis],
-               gpus: Sequence[str]) -> dict[str, str]:
+def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str]) -> dict[str, str]:
     """One worker per GPU, each taking the next waiting run; output goes to DIR/sweep.log."""
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
@@ -46,7 +45,7 @@ def sweep_gpus(runs: Sequence[PlannedRun], analyses: Sequence[Analysis],
                 run = waiting.get_nowait()
             except queue.Empty:
                 return
-            outcome = process(run, analyses, f"[gpu {gpu}]", env, log_to_run_dir=True)
+            outcome = process(run, f"[gpu {gpu}]", env, log_to_run_dir=True)
             outcomes[str(run.dir)] = outcome
             print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
 

@@ -9,6 +9,7 @@ the runs into the table or figure:
     seeds: [config, 1, 2, 3]             # `config`: the config's own seed (the authors')
     rank: []                             # rank.py options; leave out to skip rank.py
     robustness: []                       # rank.py --robustness options; leave out to skip
+                                         # (an experiment may give its own rank / robustness)
     experiments:
       - config: configs/ptb/softmax.yaml
       - config: configs/ptb/gss.yaml
@@ -23,6 +24,7 @@ is one line naming the plan file and the key.
 """
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,7 @@ from . import LaunchError
 from .runs import Analysis, Experiment, rank_analysis, yaml_scalar
 
 PLAN_KEYS = {"title", "out", "seeds", "rank", "robustness", "experiments", "report"}
-EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid"}
+EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,6 @@ class Plan:
     title: str
     out: Path
     experiments: tuple[Experiment, ...]
-    analyses: tuple[Analysis, ...]          # run on every trained run, after evaluate.py
     reports: tuple[str, ...]                # report.py argument strings, {out} and {runs} unfilled
 
     def report_commands(self, out: Path | None = None) -> list[list[str]]:
@@ -51,11 +52,13 @@ class Plan:
 
 
 def is_plan(path: Path) -> bool:
-    """A plan file is a YAML file with `experiments:` at the top level (a config never has it)."""
+    """A plan file is a YAML file with `experiments:` at the top level (a config never has it);
+    read as text, so that a broken plan is still told apart from a config and its error is a plan's."""
     try:
-        return path.suffix in (".yaml", ".yml") and "experiments" in read_yaml(path)
-    except ConfigError:
+        text = path.read_text(encoding="utf-8") if path.suffix in (".yaml", ".yml") else ""
+    except (OSError, UnicodeDecodeError):
         return False
+    return re.search(r"^experiments\s*:", text, re.M) is not None
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -74,18 +77,12 @@ def load_plan(path: str | Path) -> Plan:
     for key in ("title", "out"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise fail(key, "a string", data.get(key))
-    analyses = []
-    for key in ("rank", "robustness"):
-        if key in data:
-            options = _strings(data[key], key, fail)
-            analyses.append(rank_analysis(options, robustness=key == "robustness"))
     experiments = data.get("experiments")
     if not isinstance(experiments, list) or not experiments:
         raise fail("experiments", "a non-empty list of experiments", experiments)
-    plan_seeds = data.get("seeds")
     return Plan(path, data["title"], Path(data["out"]),
-                tuple(_experiment(entry, i, plan_seeds, fail) for i, entry in enumerate(experiments)),
-                tuple(analyses), tuple(_strings(data.get("report", []), "report", fail)))
+                tuple(_experiment(entry, i, data, fail) for i, entry in enumerate(experiments)),
+                tuple(_strings(data.get("report", []), "report", fail)))
 
 
 def _strings(value, key: str, fail) -> list[str]:
@@ -94,7 +91,13 @@ def _strings(value, key: str, fail) -> list[str]:
     return value
 
 
-def _experiment(entry, index: int, plan_seeds, fail) -> Experiment:
+def _analyses(data: dict, where: str, fail) -> tuple[Analysis, ...]:
+    """rank.py (`rank`) and rank.py --robustness (`robustness`), each with its options."""
+    return tuple(rank_analysis(_strings(data[key], f"{where}{key}", fail), robustness=key == "robustness")
+                 for key in ("rank", "robustness") if key in data)
+
+
+def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     where = f"experiments[{index}]"
     if not isinstance(entry, dict):
         raise fail(where, "a mapping with a config", entry)
@@ -108,7 +111,7 @@ def _experiment(entry, index: int, plan_seeds, fail) -> Experiment:
     grid = entry.get("grid", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise fail(f"{where}.grid", "a mapping of keys to non-empty lists of values", grid)
-    seeds = entry.get("seeds", plan_seeds)
+    seeds = entry.get("seeds", plan.get("seeds"))
     if seeds is not None:
         if not isinstance(seeds, list) or not seeds or not all(
                 s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds):
@@ -118,6 +121,9 @@ def _experiment(entry, index: int, plan_seeds, fail) -> Experiment:
         except ConfigError as e:
             raise LaunchError(f"{where}: {e}") from None
         seeds = tuple(own if s == "config" else s for s in seeds)
+    # An experiment's own rank / robustness options replace the plan's (both keys together).
+    own = {"rank", "robustness"} & set(entry)
+    analyses = _analyses(entry, f"{where}.", fail) if own else _analyses(plan, "", fail)
     return Experiment(config, overrides,
                       tuple((key, tuple(yaml_scalar(v) for v in values)) for key, values in grid.items()),
-                      seeds)
+                      seeds, analyses)

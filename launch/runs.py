@@ -38,16 +38,6 @@ SWEEP_KEYS = ("train.seed", "run.dir")
 
 
 @dataclass(frozen=True)
-class Experiment:
-    """One config over seeds and a grid of overrides: what `sweep.py CONFIG` runs; a plan file
-    (launch/plans.py) lists several."""
-    config: Path
-    overrides: tuple[str, ...] = ()                          # shared by all its runs
-    grid: tuple[tuple[str, tuple[str, ...]], ...] = ()      # (key, values): their cartesian product
-    seeds: tuple[int, ...] | None = None                     # None: the config's own seed
-
-
-@dataclass(frozen=True)
 class Analysis:
     """A command run on a trained run directory, `python SCRIPT.py DIR ARGS`, needed unless its
     `result` file there is newer than best.pt."""
@@ -66,6 +56,17 @@ def rank_analysis(rank_args: Sequence[str], robustness: bool = False) -> Analysi
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """One config over seeds and a grid of overrides: what `sweep.py CONFIG` runs; a plan file
+    (launch/plans.py) lists several."""
+    config: Path
+    overrides: tuple[str, ...] = ()                          # shared by all its runs
+    grid: tuple[tuple[str, tuple[str, ...]], ...] = ()      # (key, values): their cartesian product
+    seeds: tuple[int, ...] | None = None                     # None: the config's own seed
+    analyses: tuple[Analysis, ...] = ()                      # run after evaluate.py (rank.py, ...)
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     index: int                   # 0-based, in the order runs are planned (the slurm array index)
     count: int                   # runs in the whole sweep
@@ -74,6 +75,7 @@ class PlannedRun:
     config_path: Path
     overrides: tuple[str, ...]   # after the config: the sweep's, the grid point's, seed, run.dir
     config: Config               # resolved, to validate before anything starts
+    analyses: tuple[Analysis, ...] = ()   # what runs on it after training and evaluate.py
 
 
 # ---------------------------------------------------------------------- planning
@@ -136,7 +138,7 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
         run_dir = out / run_name(dataset, config_path, point, seed)
         full = (*base, f"run.dir={run_dir}")
         runs.append(PlannedRun(0, 0, run_dir.name, run_dir, config_path, full,
-                               load_config(config_path, full)))
+                               load_config(config_path, full), experiment.analyses))
     return runs
 
 
@@ -204,10 +206,10 @@ def is_finished(run: PlannedRun) -> bool:
     return progress.finished or progress.completed_epochs >= run.config.train.epochs
 
 
-def pending_commands(run: PlannedRun, analyses: Sequence[Analysis] = ()) -> list[list[str]]:
+def pending_commands(run: PlannedRun) -> list[list[str]]:
     """The commands still needed for `run`, in order (empty: nothing left to do): training (or
-    resuming it), evaluate.py, then each of `analyses` whose result is missing or older than
-    best.pt."""
+    resuming it), evaluate.py, then each of the run's analyses whose result is missing or older
+    than best.pt."""
     py = sys.executable
     commands = []
     if not (run.dir / "last.pt").is_file():
@@ -219,7 +221,7 @@ def pending_commands(run: PlannedRun, analyses: Sequence[Analysis] = ()) -> list
     training = bool(commands)
     best = run.dir / "best.pt"
     device = () if run.config.run.device == "auto" else ("--device", run.config.run.device)
-    for analysis in (Analysis("evaluate", device, "eval_best.json"), *analyses):
+    for analysis in (Analysis("evaluate", device, "eval_best.json"), *run.analyses):
         if training or not is_fresh(run.dir / analysis.result, best):
             commands.append([py, str(SCRIPTS[analysis.script]), str(run.dir), *analysis.args])
     return commands
@@ -260,11 +262,10 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     return "resume" if "--resume" in first else "new"
 
 
-def process(run: PlannedRun, analyses: Sequence[Analysis], tag: str, env: dict | None = None,
-            log_to_run_dir: bool = False) -> str:
+def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: bool = False) -> str:
     """Work out and run what is left of one run; its outcome (see `execute`, or "skipped")."""
     try:
-        commands = pending_commands(run, analyses)
+        commands = pending_commands(run)
         print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
         if not commands:
             return "skipped"

@@ -1,0 +1,195 @@
+"""The experiment plans of sweeps/ (one per table or figure of [SB]): every plan loads, plans the
+runs the README says, and runs end to end on tiny models with its reports; the plan file format
+refuses what it does not know in one line.
+
+The end-to-end runs make each plan small with the sweep's own options (--seeds, --limit and
+key=value overrides for a tiny model on slices of PTB and WikiText-2) and run train.py,
+evaluate.py, rank.py and report.py in this process (`run_command` is replaced by a dispatcher to
+their main(), which parse exactly the argv the sweep would give the scripts).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate
+import rank
+import sweep
+import train
+from launch import LaunchError, runs as launch_runs
+from launch.plans import is_plan, load_plan
+from tests.conftest import TINY
+
+PLANS = sorted(Path("sweeps").glob("*.yaml"))
+TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become investment-grade "
+                "quality properties <eos> canadian <unk> production totaled N metric tons in the week "
+                "ended oct. N up N N from the preceding week 's total of N")
+
+
+def readme_plan_rows() -> dict[str, int]:
+    """plan file -> number of runs, from README's "Reproducing the paper" table."""
+    readme = Path("README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Reproducing the paper\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\|[^|]*\| `python sweep.py (sweeps/\S+\.yaml)` \| ([\d,]+) \|", line)
+        if match:
+            rows[match.group(1)] = int(match.group(2).replace(",", ""))
+    return rows
+
+
+def test_every_plan_is_in_the_readme_with_its_number_of_runs(capsys):
+    rows = readme_plan_rows()
+    assert sorted(rows) == [str(p) for p in PLANS]
+    for plan in PLANS:
+        assert sweep.main([str(plan), "--dry-run"]) == 0
+        count = capsys.readouterr().out.strip().splitlines()[-1]
+        assert count == f"# {rows[str(plan)]} run{'s' * (rows[str(plan)] != 1)} planned", plan
+
+
+def test_the_plans_use_the_papers_seeds_and_grids():
+    table2 = load_plan("sweeps/sb_table2_ptb.yaml")
+    seeds = {e.config.stem: e.seeds for e in table2.experiments}
+    assert seeds["softmax"] == (141, *range(1, 11)) and seeds["mos"] == (28, *range(1, 11))
+    assert seeds["moc"] == (28,)                                  # one run in [SB]
+    wt2 = load_plan("sweeps/sb_table2_wt2.yaml")
+    assert all(e.seeds[0] == 1881 and len(e.seeds) in (1, 11) for e in wt2.experiments)
+    assert all(a.args == ("--contexts", "33320") for e in wt2.experiments for a in e.analyses)
+    grid = dict(load_plan("sweeps/sb_figure2_gss_ptb.yaml").experiments[0].grid)
+    assert len(grid["head.c"]) == 9 and len(grid["head.k"]) == 8
+    nt = load_plan("sweeps/sb_sm_tables4_5.yaml")
+    assert all("train.asgd_trigger=nt" in e.overrides for e in nt.experiments)
+    robust = load_plan("sweeps/sb_sm_tables14_16.yaml")
+    assert robust.out == table2.out                # the Table 2 MoS run, trained once for both
+    assert [a.args for a in robust.experiments[0].analyses] == [("--robustness",)]
+
+
+@pytest.fixture(scope="module")
+def plan_data(small_data, shared_data_dir, tmp_path_factory) -> Path:
+    """Tiny PTB (small_data, whose test split also holds the top-5 context of the Table 2 plan)
+    and the first lines of WikiText-2."""
+    root = tmp_path_factory.mktemp("plan-data")
+    (root / "ptb").mkdir()
+    for split in ("train", "valid", "test"):
+        text = (small_data / "ptb" / f"{split}.txt").read_text(encoding="utf-8")
+        if split == "test":
+            text += f" {TOP5_CONTEXT.replace(' <eos> ', chr(10) + ' ')}\n"
+        (root / "ptb" / f"{split}.txt").write_text(text, encoding="utf-8")
+    (root / "wikitext-2").mkdir()
+    for split, lines in (("train", 12), ("valid", 5), ("test", 5)):
+        with open(shared_data_dir / "wikitext-2" / f"{split}.txt", encoding="utf-8") as f:
+            head = [next(f) for _ in range(lines)]
+        (root / "wikitext-2" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+    return root
+
+
+def in_process(command, env=None, log=None) -> int:
+    script = {"train.py": train, "evaluate.py": evaluate, "rank.py": rank}[Path(command[1]).name]
+    return script.main(command[2:])
+
+
+# How small each plan is made: enough runs for its reports (a correlation needs 3 points).
+LIMITS = {"sb_figure2_gss_ptb": 3, "sb_figure2_gss_wt2": 3, "sb_sm_tables4_5": 2}
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.stem)
+def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch_runs, "run_command", in_process)
+    # Eager kernels (the compiled ones compute the same and are tested on their own): compiling
+    # them would cost most of this test's time.
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+    loaded = load_plan(plan)
+    runs = tmp_path / "runs"
+    small = [f"data.data_dir={plan_data}", *TINY, "train.epochs=1", "train.small_batch_size=null",
+             "--limit", str(LIMITS.get(plan.stem, 1))]
+    # The plans whose reports read other plans' runs get those (small) runs too.
+    needs = {"sb_sm_tables10_11": ["sb_table2_ptb", "sb_table2_wt2"],
+             "sb_sm_tables4_5": ["sb_sm_tables10_11"],
+             "sb_sm_table12": ["sb_sm_tables10_11", "sb_sm_tables4_5"]}.get(plan.stem, [])
+    for other in needs:
+        assert sweep.main([f"sweeps/{other}.yaml", *small, "--out", str(runs / other)]) == 0
+    out = runs / loaded.out.name
+    assert sweep.main([str(plan), *small, "--out", str(out)]) == 0
+    planned = launch_runs.plan_runs(loaded.experiments, out, small[:-2], None, LIMITS.get(plan.stem, 1))
+    assert planned
+    for run in planned:                    # trained, evaluated, and each analysis wrote its result
+        for result in ("best.pt", "eval_best.json", *(a.result for a in run.analyses)):
+            assert (run.dir / result).is_file(), (run.dir, result)
+    capsys.readouterr()
+    assert sweep.main([str(plan), "--report", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for arguments in loaded.report_commands(out):
+        assert f"+ python report.py {shlex.join(arguments)}" in printed
+        written = Path(arguments[arguments.index("--out") + 1])
+        assert list(written.parent.glob(written.name + "*")), arguments   # PREFIX.md, .png, ...
+
+
+def test_a_rerun_plan_skips_what_is_done(plan_data, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None: calls.append(c) or in_process(c))
+    argv = ["sweeps/sb_table5_ptb.yaml", f"data.data_dir={plan_data}", *TINY, "train.epochs=1",
+            "--seeds", "4", "--limit", "1", "--out", str(tmp_path / "t5")]
+    assert sweep.main(argv) == 0
+    assert [Path(c[1]).name for c in calls] == ["train.py", "evaluate.py"] * 3
+    calls.clear()
+    assert sweep.main(argv) == 0
+    assert calls == [] and "3 skipped" in capsys.readouterr().out
+
+
+def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
+    assert sweep.main(["sweeps/sb_figure2_gss_wt2.yaml", "--mode", "slurm", "--dry-run",
+                       "--out", str(tmp_path / "grid")]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --array=0-35\n" in script
+    exec_line = script.strip().splitlines()[-1]
+    assert "sweeps/sb_figure2_gss_wt2.yaml" in exec_line and "--task" in exec_line
+
+
+@pytest.mark.parametrize("text, message", [
+    ("title: t\nout: o\nexperiments: []\n", "experiments: expected a non-empty list"),
+    ("title: t\nout: o\nexperiment: []\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "unknown key 'experiment'"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/nope.yaml}]\n",
+     "experiments[0].config: expected an existing config file"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, seeds: [1, two]}]\n",
+     "experiments[0].seeds: expected a list of integers"),
+    ("title: t\nout: o\nrank: --contexts 5\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "rank: expected a list of strings"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, grid: {head.k: 2}}]\n",
+     "experiments[0].grid: expected a mapping of keys to non-empty lists"),
+    ("title: t\ntitle: u\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "key 'title' is written twice"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.nope=1]}]\n",
+     "unknown key train.nope"),
+])
+def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text, encoding="utf-8")
+    assert is_plan(plan)
+    assert sweep.main([str(plan), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+def test_plan_options_and_config_options_do_not_mix(capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["sweeps/sb_table5_ptb.yaml", "--grid", "train.lr=1,2"])
+    assert "is a plan, which names its own grids" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sweep.main(["configs/ptb/softmax.yaml", "--report", "--out", "x"])
+    assert "--report runs a plan's report commands" in capsys.readouterr().err
+    with pytest.raises(LaunchError, match="plan file not found"):
+        load_plan("sweeps/nope.yaml")
+
+
+def test_dry_run_names_every_run_of_a_plan(capsys):
+    assert sweep.main(["sweeps/sb_sm_table12.yaml", "--dry-run"]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# [")]
+    names = [line.split(": ")[0].rsplit("/", 1)[1] for line in titles]
+    assert names == ["ptb-mos-head.dropoutl=0.145-seed28", "ptb-mos-head.dropoutl=0.0-seed28",
+                     "wikitext-2-mos-head.dropoutl=0.145-seed1881",
+                     "wikitext-2-mos-head.dropoutl=0.0-seed1881"]
