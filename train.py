@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import re
 import signal
 import sys
 import time
@@ -87,6 +88,12 @@ def extremes(tensors) -> torch.Tensor:
     """The smallest and largest entry of every tensor: all finite exactly when every entry is
     (aminmax propagates NaN; unlike a norm it cannot overflow, and it is as cheap on a CPU)."""
     return torch.stack([value for t in tensors for value in torch.aminmax(t.detach())])
+
+
+def resume_command(run_dir: Path, world: World) -> str:
+    if not world.distributed:
+        return f"python train.py --resume {run_dir}"
+    return f"torchrun (with {world.size} processes in all) train.py --resume {run_dir}"
 
 
 def describe_last_checkpoint(run_dir: Path) -> str:
@@ -299,7 +306,7 @@ class Trainer:
         if self.stop_signal:
             raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
                                   f"{self.progress.step}; saved {self.run_dir / 'last.pt'}; continue with "
-                                  f"python train.py --resume {self.run_dir}", 128 + self.stop_signal)
+                                  f"{resume_command(self.run_dir, self.world)}", 128 + self.stop_signal)
 
     # ------------------------------------------------------------------ feedback
     def scalar(self, name: str, value: float) -> None:
@@ -515,10 +522,10 @@ def check_world_size(ckpt: dict, world: World, path: Path) -> None:
     """A last.pt holds the random-number and hidden states of as many processes as trained it."""
     saved = ckpt.get("world_size", 1)
     if saved != world.size:
-        raise CheckpointError(f"{path}: saved by a run of {saved} process(es), resumed with "
-                              f"{world.size}; resume it with {saved} (torchrun --nnodes x "
-                              f"--nproc_per_node = {saved}): every process's random numbers and "
-                              f"hidden states are in the checkpoint")
+        raise CheckpointError(f"{path}: saved by {saved} process(es), resumed by {world.size}; "
+                              f"resume it with {saved} (torchrun: --nnodes times --nproc_per_node; "
+                              f"python train.py: 1): each process's random numbers and hidden "
+                              f"states are in the checkpoint")
 
 
 def load_initial_weights(model, path: str, corpus) -> None:
@@ -697,8 +704,9 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
         if not world.distributed:
             raise
         # Another process ended (a crash, a SIGKILL): the collective this one waited in failed.
-        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        print(f"error: rank {world.rank} stopped at step {trainer.progress.step}: {first_line}; "
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first_line = re.sub(r"^\[[^\]]*\]\s*", "", first_line)[:200]     # gloo's [file:line] prefix
+        print(f"error: rank {world.rank} stopped at step {trainer.progress.step} ({first_line}); "
               f"{describe_last_checkpoint(run_dir)}", file=sys.stderr)
         return 1
     finally:
