@@ -1,4 +1,4 @@
-"""Validation and test perplexity of a trained model (SPEC section 3: test batch size 1).
+"""Validation and test perplexity of a trained model (docs/reference.md section 3: test batch size 1).
 
     python evaluate.py runs/ptb-softmax-seed141            # its best.pt
     python evaluate.py runs/x/last.pt --json               # a checkpoint file; JSON last line

@@ -1,4 +1,4 @@
-"""The log-P matrix of a trained model and its Press and epsilon-effective ranks (SPEC section 7).
+"""The log-P matrix of a trained model and its Press and epsilon-effective ranks (docs/reference.md section 7).
 
     python rank.py runs/ptb-softmax-seed141                       # test set, all contexts, float32
     python rank.py runs/wt2-mos-seed1881 --contexts 33320 --json  # the first 33,320 contexts, as [SB]

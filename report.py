@@ -1,4 +1,4 @@
-"""Tables and figures from run directories (SPEC section 8).
+"""Tables and figures from run directories (docs/reference.md section 8).
 
     python report.py table runs/ptb runs/wt2 --out results/table2           # [SB] Table 2: .md + .csv
     python report.py table runs/table5 --paper table5 --out results/table5  # an [SB] table's layout + its numbers
@@ -10,6 +10,7 @@
     python report.py capacity runs/mos_k --out results/sm_figure6            # [SB] SM Figure 6
     python report.py mos-rank runs/mos_k runs/mos_dropoutl --out results/figure5   # [SB] Figure 5
     python report.py robustness runs/ptb-mos-seed28 --out results/sm_tables14-16   # after rank.py --robustness
+    python report.py published --out docs/published.md                        # the paper's numbers
 
 A RUN argument is a run directory or a folder searched for run directories. Each command writes
 its files under the --out prefix (PREFIX.md, and PREFIX.png / PREFIX.csv as it says) and prints
@@ -90,6 +91,10 @@ def parse_args(argv=None):
         sub.add_argument("runs", nargs="+", help="run directories or folders holding them")
         sub.add_argument("--out", required=True, help="output prefix, e.g. results/figure2")
 
+    published = commands.add_parser("published", help="every number of [SB] the reports compare "
+                                                       "against, as Markdown (docs/published.md)")
+    published.add_argument("--out", help="also write the Markdown to this file")
+
     for sub in (wordsim, top5):
         sub.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto")
         sub.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the runs' own)")
@@ -98,6 +103,13 @@ def parse_args(argv=None):
 
 def run(args) -> str:
     """Do the command; what to print."""
+    if args.command == "published":
+        from analysis.tables import published_markdown
+        text = published_markdown()
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(text, encoding="utf-8")
+        return text
     run_dirs = find_run_dirs(args.runs)
     if args.command == "table":
         from analysis.tables import write_table

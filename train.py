@@ -1,4 +1,4 @@
-"""Train an AWD-LSTM language model with a pluggable output head (SPEC sections 2 and 3).
+"""Train an AWD-LSTM language model with a pluggable output head (docs/reference.md sections 2 and 3).
 
     python train.py configs/ptb/softmax.yaml                    # train the PTB Softmax baseline
     python train.py configs/ptb/softmax.yaml train.lr=30 run.dir=runs/x
@@ -66,8 +66,8 @@ def detach(hidden):
 
 
 def regularized_loss(out, alpha: float, beta: float):
-    """(mean NLL, NLL + AR + TAR) of one forward given its targets ([AWD] section 4.6, SPEC
-    section 3).
+    """(mean NLL, NLL + AR + TAR) of one forward given its targets ([AWD] section 4.6,
+    docs/reference.md section 3).
 
     AR penalises the dropped last-layer output g (the head's input); TAR penalises the change
     of the raw last-layer output between consecutive time steps.
@@ -558,7 +558,7 @@ def keep_epochs(path: Path, completed: int) -> None:
 def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) -> None:
     if config.run.device == "auto" and device.type == "cpu" and params > 1_000_000:
         # The figures: benchmarks/bench_step.py on a 2-core VM (1.6 s a step, ~680 steps an
-        # epoch) and SPEC's ~55 s an epoch on a V100.
+        # epoch) and [SB]'s ~55 s an epoch on a V100.
         print(f"warning: run.device=auto found no usable CUDA GPU, so this {params / 1e6:.1f}M-"
               f"parameter model trains on the CPU, many times slower than on a GPU (the PTB "
               f"Softmax model: ~18 min an epoch on 2 CPU cores, ~1 min on a V100); the progress "

@@ -1,4 +1,4 @@
-"""Training-step cost of every output head at the PTB shapes of its config (SPEC section 5).
+"""Training-step cost of every output head at the PTB shapes of its config (docs/reference.md section 5).
 
     AWD_DATA_DIR=... python benchmarks/bench_heads.py [--reps 5] [--heads softmax,plif] [--device cuda]
 

@@ -25,7 +25,7 @@ def get_batch(source: torch.Tensor, i: int, seq_len: int) -> tuple[torch.Tensor,
 
 
 class SequenceLengthSampler:
-    """Variable BPTT ([AWD] section 4.1, SPEC section 3).
+    """Variable BPTT ([AWD] section 4.1, docs/reference.md section 3).
 
     With probability 0.95 the base length is bptt, else bptt / 2; the step's length is
     max(5, int(Normal(base, 5))), capped at bptt + max_seq_len_delta. The sampler owns its

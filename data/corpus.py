@@ -1,6 +1,6 @@
 """Word-level corpora: tokenisation, vocabulary and a checksum-keyed id cache.
 
-Tokenisation follows SPEC section 1: every line (empty ones included) is split on
+Tokenisation follows docs/reference.md section 1: every line (empty ones included) is split on
 whitespace and gets an `<eos>`; ids are numbered in order of first appearance over
 train, then valid, then test.
 """

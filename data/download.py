@@ -1,4 +1,4 @@
-"""Fetch the PTB and WikiText-2 corpora from their public sources (SPEC section 1).
+"""Fetch the PTB and WikiText-2 corpora from their public sources (docs/reference.md section 1).
 
 `ensure_corpus` downloads the archive, reads only the three split files out of it,
 checks their sha256 and only then moves them to their final names, so the final
@@ -86,7 +86,7 @@ CHECKSUMS: dict[str, dict[str, str]] = {
 }
 
 
-# Tokens of each split file (its words plus one <eos> per line; SPEC section 1). With the
+# Tokens of each split file (its words plus one <eos> per line; docs/reference.md section 1). With the
 # checksums they let a mismatch say how far a file on disk is from the published one.
 TOKEN_COUNTS: dict[str, dict[str, int]] = {
     "ptb": {"train.txt": 929_589, "valid.txt": 73_760, "test.txt": 82_430},

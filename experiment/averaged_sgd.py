@@ -1,8 +1,8 @@
-"""Averaged SGD for the second phase of NT-ASGD / ET-ASGD (SPEC section 3).
+"""Averaged SGD for the second phase of NT-ASGD / ET-ASGD (docs/reference.md section 3).
 
 Equivalent to the AWD-LSTM use of torch.optim.ASGD(t0=0, lambd=0) with one difference that
-SPEC requires and torch's ASGD does not give: after n steps the average is the arithmetic
-mean of all n parameter vectors produced since the switch. torch's ASGD (2.x, and 0.3 as
+docs/reference.md (section 3) requires and torch's ASGD does not give: after n steps the
+average is the arithmetic mean of all n parameter vectors produced since the switch. torch's ASGD (2.x, and 0.3 as
 used by the original code) copies the iterate on both of its first two steps, so its average
 leaves out the first one; tests/test_averaged_sgd.py pins both behaviours.
 

@@ -1,4 +1,4 @@
-"""Evaluation: eval mode, plain bptt chunks, hidden state carried across chunks (SPEC section 3).
+"""Evaluation: eval mode, plain bptt chunks, hidden state carried across chunks (docs/reference.md section 3).
 
 One loop serves validation during training, evaluate.py and rank.py, so every perplexity and
 every log-P row is computed the same way.

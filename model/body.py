@@ -1,4 +1,4 @@
-"""The AWD-LSTM body ([AWD], SPEC section 2): everything between word ids and the head.
+"""The AWD-LSTM body ([AWD], docs/reference.md section 2): everything between word ids and the head.
 
     ids -> embedding (with embedding dropout) [-> + N(0, sigma^2) noise] -> locked dropout (dropouti)
         -> LSTM 1 -> locked dropout (dropouth) -> LSTM 2 -> locked dropout (dropouth)

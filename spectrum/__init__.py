@@ -1,4 +1,4 @@
-"""Singular values and numerical ranks of large matrices (the log-P matrix of SPEC section 7).
+"""Singular values and numerical ranks of large matrices (the log-P matrix of docs/reference.md section 7).
 
 `StreamingSingularValues` computes the exact singular values of a tall matrix fed in row blocks,
 keeping only the n x n triangular factor of a running QR; `press_rank`, `effective_rank` and

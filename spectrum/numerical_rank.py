@@ -1,4 +1,4 @@
-"""Rank rules applied to a spectrum of singular values (SPEC section 7).
+"""Rank rules applied to a spectrum of singular values (docs/reference.md section 7).
 
 All functions take the singular values as any 1-D array-like (numpy, list, CPU torch tensor) in any
 order; they sort them descending themselves.

@@ -43,15 +43,20 @@ def _private_cache_dir(tmp_path_factory):
     yield
 
 
+def copy_first_lines(source: Path, target: Path, lines: dict[str, int]) -> None:
+    """target/<split>.txt: the first lines[split] lines of source/<split>.txt."""
+    target.mkdir(parents=True, exist_ok=True)
+    for split, count in lines.items():
+        with open(source / f"{split}.txt", encoding="utf-8") as f:
+            head = [next(f) for _ in range(count)]
+        (target / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def ptb_slice(shared_data_dir, tmp_path_factory) -> Path:
     """A data dir whose ptb/ holds the first lines of the real PTB splits (fast end-to-end runs)."""
     root = tmp_path_factory.mktemp("ptb-slice")
-    (root / "ptb").mkdir()
-    for split, lines in (("train", 150), ("valid", 30), ("test", 30)):
-        with open(shared_data_dir / "ptb" / f"{split}.txt", encoding="utf-8") as f:
-            head = [next(f) for _ in range(lines)]
-        (root / "ptb" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+    copy_first_lines(shared_data_dir / "ptb", root / "ptb", {"train": 150, "valid": 30, "test": 30})
     return root
 
 

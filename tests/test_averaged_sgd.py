@@ -1,4 +1,4 @@
-"""AveragedSGD: the average is the mean of all iterates since the switch (SPEC section 3)."""
+"""AveragedSGD: the average is the mean of all iterates since the switch (docs/reference.md section 3)."""
 from __future__ import annotations
 
 import torch

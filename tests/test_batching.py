@@ -1,4 +1,4 @@
-"""batchify, get_batch and the variable-length BPTT sampler (SPEC section 3)."""
+"""batchify, get_batch and the variable-length BPTT sampler (docs/reference.md section 3)."""
 from __future__ import annotations
 
 import pytest

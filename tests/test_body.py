@@ -1,4 +1,4 @@
-"""The AWD-LSTM body: weight drop, locked and embedding dropout, init, tying (SPEC section 2)."""
+"""The AWD-LSTM body: weight drop, locked and embedding dropout, init, tying (docs/reference.md section 2)."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,5 @@
 """Every table row's config resolves and builds the parameter count [SB] prints for it:
-Table 2 (SPEC section 6), Table 5 and SM Tables 4/5 (SPEC section 9)."""
+Table 2 (docs/reference.md section 6), Table 5 and SM Tables 4/5 (docs/reference.md section 9)."""
 from __future__ import annotations
 
 import json

@@ -14,7 +14,7 @@ import data.corpus as corpus_module
 from data import Corpus, DataError, load_corpus, resolve_data_dir
 
 EXPECTED = {
-    # dataset: (train, valid, test tokens, vocabulary size), SPEC section 1
+    # dataset: (train, valid, test tokens, vocabulary size), docs/reference.md section 1
     "ptb": (929_589, 73_760, 82_430, 10_000),
     "wikitext-2": (2_088_628, 217_646, 245_569, 33_278),
 }

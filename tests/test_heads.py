@@ -1,6 +1,6 @@
-"""Output heads (SPEC section 4): the registry, each head's maths against a direct
+"""Output heads (docs/reference.md section 4): the registry, each head's maths against a direct
 reference, gradients, normalisation, extreme inputs, eval determinism, options and
-parameter counts (SPEC section 6). PLIF's own function is tested in test_plif.py.
+parameter counts (docs/reference.md section 6). PLIF's own function is tested in test_plif.py.
 
 The generic tests run for every head in the registry, with the options its class gives for
 tiny models (`small_options`): a new head is tested by them with no edit here."""
@@ -490,7 +490,7 @@ def test_mixture_latent_dropout_is_locked_over_time():
     assert 0 < kept.float().mean() < 1
 
 
-# --- parameter counts (SPEC section 6) ------------------------------------------------------
+# --- parameter counts (docs/reference.md section 6) ------------------------------------------------------
 
 def own_parameters(head) -> int:
     """The head's parameters without the tied embedding (the body counts it)."""

@@ -296,3 +296,12 @@ def test_every_published_table_is_a_paper_option():
                                       "press_rank", "runs"}
         for row in table.rows:                       # every row can be selected by its group keys
             assert set(row.setting) <= set(table.group_by), (name, row.label)
+
+
+def test_docs_published_is_the_generated_page(capsys):
+    """docs/published.md is what `report.py published` writes from analysis/published.py."""
+    import report
+    from analysis.tables import published_markdown
+    assert Path("docs/published.md").read_text(encoding="utf-8") == published_markdown()
+    assert report.main(["published"]) == 0
+    assert "| Softmax | PTB | 24.22M | ~55 | 33.91 ± 0.25 | 59.55 ± 0.12 | 57.08 ± 0.09 |" in capsys.readouterr().out

@@ -22,7 +22,7 @@ import sweep
 import train
 from launch import LaunchError, runs as launch_runs
 from launch.plans import is_plan, load_plan
-from tests.conftest import TINY
+from tests.conftest import TINY, copy_first_lines
 
 PLANS = sorted(Path("sweeps").glob("*.yaml"))
 TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become investment-grade "
@@ -79,11 +79,8 @@ def plan_data(small_data, shared_data_dir, tmp_path_factory) -> Path:
         if split == "test":
             text += f" {TOP5_CONTEXT.replace(' <eos> ', chr(10) + ' ')}\n"
         (root / "ptb" / f"{split}.txt").write_text(text, encoding="utf-8")
-    (root / "wikitext-2").mkdir()
-    for split, lines in (("train", 12), ("valid", 5), ("test", 5)):
-        with open(shared_data_dir / "wikitext-2" / f"{split}.txt", encoding="utf-8") as f:
-            head = [next(f) for _ in range(lines)]
-        (root / "wikitext-2" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+    copy_first_lines(shared_data_dir / "wikitext-2", root / "wikitext-2",
+                     {"train": 12, "valid": 5, "test": 5})
     return root
 
 

@@ -1,4 +1,4 @@
-"""rank.py on tiny trained models: the rank properties of SPEC section 7, outputs and options."""
+"""rank.py on tiny trained models: the rank properties of docs/reference.md section 7, outputs and options."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Streaming singular values and the rank rules of SPEC section 7 (spectrum/)."""
+"""Streaming singular values and the rank rules of docs/reference.md section 7 (spectrum/)."""
 from __future__ import annotations
 
 import json
@@ -163,7 +163,7 @@ def test_press_rank_at_the_tolerance(dtype, backend, seed):
 @pytest.mark.parametrize("bias, expected_extra", [(True, 2), (False, 1)])
 def test_log_softmax_matrix_has_rank_d_plus_2(dtype, backend, bias, expected_extra):
     # Rows log_softmax(H W^T + b) = H W^T + 1 b^T - lse 1^T: d directions from H W^T, one from
-    # b, one from the log-partition column (SPEC section 7: 402 for d = 400).
+    # b, one from the log-partition column (docs/reference.md section 7: 402 for d = 400).
     m, n, d = 300, 60, 8
     g = torch.Generator().manual_seed(7)
     tdtype = torch.float32 if dtype == np.float32 else torch.float64

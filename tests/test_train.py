@@ -1,4 +1,4 @@
-"""train.py and evaluate.py end to end on a PTB slice with a tiny model (SPEC section 3)."""
+"""train.py and evaluate.py end to end on a PTB slice with a tiny model (docs/reference.md section 3)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Mixture of Softmaxes (MoS) and Mixture of Contexts (MoC) ([MoS]; SPEC section 4).
+"""Mixture of Softmaxes (MoS) and Mixture of Contexts (MoC) ([MoS]; docs/reference.md section 4).
 
 Both compute, from g (T, B, nhidlast), a prior over K components and K context vectors:
 
