@@ -13,16 +13,19 @@ import torch
 from data.batching import get_batch
 
 
-@torch.no_grad()
-def iterate_chunks(model, source: torch.Tensor, bptt: int, targets_only: bool = False) -> Iterator[tuple]:
+def iterate_chunks(model, source: torch.Tensor, bptt: int, targets_only: bool = False,
+                   grad: bool = False) -> Iterator[tuple]:
     """Yield (ModelOutput, targets) for consecutive bptt chunks of a batchified split; with
-    `targets_only` the model computes only the targets' log-probabilities."""
+    `targets_only` the model computes only the targets' log-probabilities. With `grad` each
+    chunk's output keeps its graph (dynamic evaluation takes a gradient step after each chunk);
+    the hidden state carried to the next chunk is detached either way."""
     model.eval()
     hidden = model.init_hidden(source.size(1))
     for i in range(0, source.size(0) - 1, bptt):
         inputs, targets = get_batch(source, i, bptt)
-        out = model(inputs, hidden, targets if targets_only else None)
-        hidden = out.hidden
+        with torch.set_grad_enabled(grad):
+            out = model(inputs, hidden, targets if targets_only else None)
+        hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
         yield out, targets
 
 

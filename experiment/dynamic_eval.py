@@ -1,0 +1,135 @@
+"""Dynamic evaluation ([DynEval]: Krause, Kahembwe, Murray, Renals, ICML 2018), the "RMS with
+decay to the global prior" rule that the MoS authors evaluate with.
+
+1. Gradient statistics. Over the training split, read in batches of `ms_batch_size` columns and
+   `bptt` positions with the model in eval mode (no dropout) and nothing updated, the mean
+   squared gradient of the mean NLL of each batch: MS = (1/N_b) sum_k (grad L_k)^2, per
+   parameter entry, and RMS = sqrt(MS).
+2. The text (validation, then test, each from the trained weights theta_0) is read at batch size
+   1 in segments s_1, s_2, ... of `bptt` positions, the hidden state carried. Each segment is
+   scored first, then the weights take one step on that segment's mean NLL:
+
+       theta <- theta - lr * grad L(s_i) / (RMS + epsilon) + lambda * decay * (theta_0 - theta)
+
+   with decay = RMS / mean(RMS) (the mean over every entry of every parameter), capped so that
+   lambda * decay <= 1: a weight is never pulled past theta_0. So the model adapts to what it
+   has just read and relaxes back towards the trained weights.
+
+Every trainable parameter of the model adapts (a head's own ones included: PLIF's slopes, MoS's
+prior and latent layers); buffers (frozen PLIF slopes) do not. The model in memory is changed and
+restored by `reset`; nothing is written to the checkpoint.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from data.batching import batchify
+from .evaluation import iterate_chunks
+
+
+@dataclass(frozen=True)
+class DynamicSettings:
+    lr: float
+    lam: float               # lambda: the decay towards the trained weights
+    epsilon: float
+    bptt: int = 5            # positions per segment (the published results: 5)
+    ms_batch_size: int = 100     # columns of the training batches the statistics come from
+    ms_batches: int | None = None   # at most this many training batches (None: the whole split)
+
+    def __post_init__(self):
+        for name, value, ok, expected in (
+                ("lr", self.lr, math.isfinite(self.lr) and self.lr >= 0, "a finite number >= 0"),
+                ("lambda", self.lam, math.isfinite(self.lam) and self.lam >= 0, "a finite number >= 0"),
+                ("epsilon", self.epsilon, math.isfinite(self.epsilon) and self.epsilon > 0, "a number > 0"),
+                ("bptt", self.bptt, self.bptt >= 1, "an integer >= 1"),
+                ("ms-batch-size", self.ms_batch_size, self.ms_batch_size >= 1, "an integer >= 1"),
+                ("ms-batches", self.ms_batches, self.ms_batches is None or self.ms_batches >= 1,
+                 "an integer >= 1")):
+            if not ok:
+                raise ValueError(f"--dynamic-{name}: expected {expected}, got {value}")
+
+
+# [DynEval] on MoS, as the MoS authors ran it (valid / test): PTB 48.33 / 47.69, WikiText-2
+# 42.41 / 40.68.
+PUBLISHED = {"ptb": DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001),
+             "wikitext-2": DynamicSettings(lr=0.002, lam=0.02, epsilon=0.002)}
+
+
+def adapted_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _columns(train_ids: torch.Tensor, settings: DynamicSettings) -> int:
+    return max(1, min(settings.ms_batch_size, train_ids.numel() // 2))
+
+
+def training_batches(train_ids: torch.Tensor, settings: DynamicSettings) -> int:
+    """How many training batches `gradient_rms` reads."""
+    steps = train_ids.numel() // _columns(train_ids, settings)
+    batches = math.ceil((steps - 1) / settings.bptt)
+    return min(batches, settings.ms_batches) if settings.ms_batches else batches
+
+
+def gradients(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """d loss / d p for every p (zeros for one the loss does not depend on)."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+
+
+def gradient_rms(model, train_ids: torch.Tensor, settings: DynamicSettings, progress=None) -> list[torch.Tensor]:
+    """RMS of the gradient of each training batch's mean NLL, per parameter entry (step 1)."""
+    params = adapted_parameters(model)
+    data = batchify(train_ids, _columns(train_ids, settings), params[0].device)
+    squares = [torch.zeros_like(p) for p in params]
+    batches = 0
+    for out, _ in iterate_chunks(model, data, settings.bptt, targets_only=True, grad=True):
+        for total, g in zip(squares, gradients(-out.target_log_probs.mean(), params)):
+            total.addcmul_(g, g)
+        batches += 1
+        if progress is not None:
+            progress.update(1)
+        if settings.ms_batches and batches >= settings.ms_batches:
+            break
+    return [torch.sqrt(total / batches) for total in squares]
+
+
+class DynamicEvaluator:
+    """Step 2 for a model whose gradient statistics are known; `nll` of one split at a time."""
+
+    def __init__(self, model, rms: list[torch.Tensor], settings: DynamicSettings):
+        self.model, self.settings = model, settings
+        self.params = adapted_parameters(model)
+        self.trained = [p.detach().clone() for p in self.params]            # theta_0
+        self.scale = [1.0 / (r + settings.epsilon) for r in rms]
+        mean_rms = torch.cat([r.flatten() for r in rms]).mean()
+        # lambda * decay, at most 1 (where every gradient was zero the mean is 0: no decay then).
+        self.pull = [torch.clamp(settings.lam * r / mean_rms, max=1.0) if mean_rms > 0
+                     else torch.zeros_like(r) for r in rms]
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        """The trained weights back (before the next split, and when done)."""
+        for p, p0 in zip(self.params, self.trained):
+            p.copy_(p0)
+
+    def log_probs(self, source: torch.Tensor, progress=None) -> torch.Tensor:
+        """log p(target) of every position of a batch-size-1 split, each segment scored before the
+        weights step on it (float64, in order). Starts from the trained weights."""
+        if source.size(1) != 1:
+            raise ValueError("dynamic evaluation reads the text at batch size 1")
+        self.reset()
+        lr, scored = self.settings.lr, []
+        for out, targets in iterate_chunks(self.model, source, self.settings.bptt, targets_only=True,
+                                           grad=True):
+            log_p = out.target_log_probs
+            scored.append(log_p.detach().double().flatten())
+            grads = gradients(-log_p.mean(), self.params)
+            with torch.no_grad():
+                for p, g, p0, scale, pull in zip(self.params, grads, self.trained, self.scale, self.pull):
+                    p.add_(pull * (p0 - p) - lr * g * scale)
+            if progress is not None:
+                progress.update(targets.numel())
+        return torch.cat(scored)
