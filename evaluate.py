@@ -191,6 +191,8 @@ def evaluate_with_method(run, args) -> int:
                 settings, grid = cache.search(run.model, splits["val"], settings.window, settings.bptt,
                                               progress=progress)
             print(describe_search(grid))
+            print(f"best: theta {settings.theta:g}, lambda {settings.lam:g} "
+                  f"(valid ppl {perplexity(grid.min().item()):.2f})")
             results["search"] = {"thetas": list(cache.SEARCH_THETAS), "lambdas": list(cache.SEARCH_LAMBDAS),
                                  "val_ppl": perplexity_grid(grid)}
         for name, source in splits.items():
@@ -203,7 +205,7 @@ def evaluate_with_method(run, args) -> int:
         evaluator = dynamic_eval.DynamicEvaluator(run.model, rms, settings)
         for name, source in splits.items():
             with bar(name, source.size(0) - 1) as progress:
-                results[f"{name}_loss"] = -evaluator.log_probs(source, progress).mean().item()
+                results[f"{name}_loss"] = evaluator.nll(source, progress)
         evaluator.reset()
     results["settings"] = dataclasses.asdict(settings)
     for name in splits:

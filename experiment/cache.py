@@ -5,32 +5,34 @@ At position t, with h_t the last LSTM layer's output (eval mode) and the model's
     p(w) = (1 - lambda) p_model(w) + lambda p_cache(w)
     p_cache(w) = sum_{i in W(t), y_i = w} exp(theta <h_t, h_i>) / sum_{i in W(t)} exp(theta <h_t, h_i>)
 
-W(t) holds the last `window` positions before t (fewer at the start of the text; none at its
-first position, where p = p_model), y_i the word that followed position i. Only the target's
-probability is needed, so every head works through its targets' log-probabilities. Everything is
-in log space: log p = logsumexp(log(1 - lambda) + log p_model, log lambda + log p_cache), with
-log p_cache a difference of two logsumexps of theta <h_t, h_i>, so no probability underflows.
+W(t) holds the last `window` positions strictly before t, y_i the word that followed position i.
+Only the target's probability is needed, so every head works through its targets'
+log-probabilities (no V-sized distribution is formed). Everything is in log space:
+log p = logsumexp(log(1 - lambda) + log p_model, log lambda + log p_cache), with log p_cache a
+difference of two logsumexps of theta <h_t, h_i>, so no probability underflows.
 
-AWD-LSTM's pointer.py uses the cache only once a whole window of history exists (before that, p =
-p_model); here it uses what history there is, as the definition above says. The two differ on the
-first `window` positions of a split only (500 of PTB's 82,430 test tokens).
+The start of a text: W(t) holds the min(t, window) positions there are, and at the first
+position, where it is empty, p = p_model. This follows the definition above. AWD-LSTM's
+pointer.py differs: it mixes in the cache only once a whole window of history exists (before
+that, p = p_model). The two differ on the first `window` positions of a split only (500 of PTB's
+82,430 test tokens).
 
-The text is read at batch size 1 in chunks of `bptt` positions with the hidden state carried, and
-the (h_i, y_i) of the last `window` positions are carried from chunk to chunk: the chunk length
+The text is read at batch size 1 in chunks of `bptt` positions, the hidden state carried, and the
+(h_i, y_i) of the last `window` positions are carried from chunk to chunk: the chunk length
 changes memory and speed, not the result. No more than `window` past states are kept.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
-from .evaluation import iterate_chunks
+from .evaluation import iterate_chunks, mean_nll
 
-# Rows of the chunk scored at once: bounds the (rows x (window + chunk)) score matrix.
-ROW_BLOCK = 1024
+# Rows of a chunk scored at once; each block looks at window + ROW_BLOCK keys at most.
+ROW_BLOCK = 512
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class CacheSettings:
         for name, value, ok, expected in (
                 ("window", self.window, self.window >= 1, "an integer >= 1"),
                 ("theta", self.theta, math.isfinite(self.theta) and self.theta >= 0, "a finite number >= 0"),
+                # lambda = 1 would leave p_cache alone: p = 0 for every word not in the window.
                 ("lambda", self.lam, 0 <= self.lam < 1, "a number in [0, 1)"),
                 ("bptt", self.bptt, self.bptt >= 1, "an integer >= 1")):
             if not ok:
@@ -80,59 +83,59 @@ class _History:
         self.hidden = self.targets = self.positions = None
 
     def extend(self, hidden: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor):
-        """The keys the chunk's rows may look at (old history, then the chunk); the history then
-        keeps the last `window` of them."""
+        """The keys the chunk's rows may look at (the history, then the chunk) and how many of
+        them are history; the history then keeps the last `window` of them."""
         if self.hidden is None:
-            keys = (hidden, targets, positions)
+            keys, before = (hidden, targets, positions), 0
         else:
             keys = (torch.cat([self.hidden, hidden]), torch.cat([self.targets, targets]),
                     torch.cat([self.positions, positions]))
+            before = self.hidden.size(0)
         self.hidden, self.targets, self.positions = (k[-self.window:] for k in keys)
-        return keys
+        return keys, before
 
 
 @torch.no_grad()
-def cache_log_probs_over(model, source: torch.Tensor, window: int, thetas: Sequence[float],
-                         lambdas: Sequence[float], bptt: int, progress=None) -> torch.Tensor:
-    """log p(target) under the cache mixture for every (theta, lambda) pair and every position of
-    a batch-size-1 split: a float64 tensor (len(thetas), len(lambdas), positions). One pass of the
-    model serves every pair (the history does not depend on them)."""
+def chunk_log_probs(model, source: torch.Tensor, window: int, thetas: Sequence[float],
+                    lambdas: Sequence[float], bptt: int) -> Iterator[torch.Tensor]:
+    """log p(target) under the cache mixture for every (theta, lambda) pair, chunk by chunk of a
+    batch-size-1 split: float64 tensors (len(thetas), len(lambdas), chunk length). One pass of
+    the model serves every pair (the history does not depend on them)."""
     if source.size(1) != 1:
         raise ValueError("the cache reads the text at batch size 1")
     history = _History(window)
-    results, start = [], 0
+    start = 0
     for out, targets in iterate_chunks(model, source, bptt, targets_only=True):
-        hidden = out.dropped_output[:, 0]                 # eval mode: the raw last-layer output
+        hidden = out.last_raw_output[:, 0]                 # the last LSTM layer, before any dropout
         targets, log_p_model = targets[:, 0], out.target_log_probs[:, 0]
-        positions = torch.arange(start, start + targets.numel(), device=targets.device)
-        keys, key_targets, key_positions = history.extend(hidden, targets, positions)
-        chunk = torch.empty(len(thetas), len(lambdas), targets.numel(), dtype=torch.float64,
-                            device=targets.device)
-        for rows in range(0, targets.numel(), ROW_BLOCK):
-            block = slice(rows, rows + ROW_BLOCK)
-            gaps = positions[block, None] - key_positions[None, :]    # t - i
+        length = targets.numel()
+        positions = torch.arange(start, start + length, device=targets.device)
+        (keys, key_targets, key_positions), before = history.extend(hidden, targets, positions)
+        chunk = torch.empty(len(thetas), len(lambdas), length, dtype=torch.float64, device=targets.device)
+        for first in range(0, length, ROW_BLOCK):
+            rows = slice(first, min(first + ROW_BLOCK, length))
+            # Row r is key number before + r and sees the `window` keys just before it, so the
+            # rows first..last see no key outside before + first - window .. before + last - 1.
+            near = slice(max(0, before + rows.start - window), before + rows.stop - 1)
+            gaps = positions[rows, None] - key_positions[None, near]            # t - i
             allowed = (gaps >= 1) & (gaps <= window)
-            matches = key_targets[None, :] == targets[block, None]
-            dots = hidden[block] @ keys.t()
-            model_part = log_p_model[block].double()
+            matches = key_targets[None, near] == targets[rows, None]
+            dots = hidden[rows] @ keys[near].t()
+            has_history = allowed.any(dim=1)
+            model_part = log_p_model[rows].double()
             for a, theta in enumerate(thetas):
                 log_p_cache = cache_log_probs(theta * dots, allowed, matches).double()
-                has_history = allowed.any(dim=1)
                 for b, lam in enumerate(lambdas):
-                    chunk[a, b, block] = torch.where(has_history, mix(model_part, log_p_cache, lam),
-                                                     model_part)
-        results.append(chunk)
-        start += targets.numel()
-        if progress is not None:
-            progress.update(targets.numel())
-    return torch.cat(results, dim=2)
+                    mixed = mix(model_part, log_p_cache, lam)
+                    chunk[a, b, rows] = torch.where(has_history, mixed, model_part)
+        yield chunk
+        start += length
 
 
 def cache_nll(model, source: torch.Tensor, settings: CacheSettings, progress=None) -> float:
     """Mean negative log-likelihood per token (nats) of a batch-size-1 split with the cache."""
-    log_p = cache_log_probs_over(model, source, settings.window, [settings.theta], [settings.lam],
-                                 settings.bptt, progress)
-    return -log_p.mean().item()
+    chunks = chunk_log_probs(model, source, settings.window, [settings.theta], [settings.lam], settings.bptt)
+    return mean_nll((chunk[0, 0] for chunk in chunks), progress)
 
 
 # The grid of --cache-search, around the published values (which it contains).
@@ -144,7 +147,12 @@ def search(model, source: torch.Tensor, window: int, bptt: int, thetas: Sequence
            lambdas: Sequence[float] = SEARCH_LAMBDAS, progress=None) -> tuple[CacheSettings, torch.Tensor]:
     """The (theta, lambda) of the grid with the lowest NLL on `source` (the validation split, as
     the papers tuned them), and the grid's mean NLLs (len(thetas), len(lambdas))."""
-    nll = -cache_log_probs_over(model, source, window, thetas, lambdas, bptt, progress).mean(dim=2)
-    best = int(torch.argmin(nll))
-    a, b = divmod(best, len(lambdas))
+    total, count = 0.0, 0
+    for chunk in chunk_log_probs(model, source, window, thetas, lambdas, bptt):
+        total = total - chunk.sum(dim=2)
+        count += chunk.size(2)
+        if progress is not None:
+            progress.update(chunk.size(2))
+    nll = total / count
+    a, b = divmod(int(torch.argmin(nll)), len(lambdas))
     return CacheSettings(window, thetas[a], lambdas[b], bptt), nll

@@ -16,7 +16,7 @@ from data import load_corpus
 from data.batching import batchify
 from experiment import cache, dynamic_eval
 from experiment.config import load_config
-from experiment.evaluation import iterate_chunks
+from experiment.evaluation import evaluate_nll, iterate_chunks
 from experiment.loading import load_trained
 from model import build_model
 from model.heads import HEADS
@@ -29,6 +29,16 @@ def plain_log_probs(model, source, bptt: int) -> torch.Tensor:
     """log p(target) of every position, as plain evaluation computes them (float64, in order)."""
     return torch.cat([out.target_log_probs.double().flatten()
                       for out, _ in iterate_chunks(model, source, bptt, targets_only=True)])
+
+
+def with_cache(model, source, window: int, thetas, lambdas, bptt: int) -> torch.Tensor:
+    """log p(target) of every position with the cache, (len(thetas), len(lambdas), positions)."""
+    return torch.cat(list(cache.chunk_log_probs(model, source, window, thetas, lambdas, bptt)), dim=2)
+
+
+def dynamic_log_probs(evaluator, source) -> torch.Tensor:
+    """log p(target) of every position under dynamic evaluation (float64, in order)."""
+    return torch.cat([log_p.double().flatten() for log_p in evaluator.segment_log_probs(source)])
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +85,7 @@ def test_the_mixture_does_not_underflow_where_probabilities_would():
 
 class FakeOutput(NamedTuple):
     target_log_probs: torch.Tensor
-    dropped_output: torch.Tensor
+    last_raw_output: torch.Tensor
     hidden: list
 
 
@@ -98,13 +108,25 @@ class FakeModel:
         return FakeOutput(log_p, self.vectors[inputs], hidden)
 
 
-def test_window_and_chunks_follow_the_definition_position_by_position():
-    """Across chunk boundaries (bptt 3) with a window of 4: the previous `window` positions only,
-    none at the first position, computed directly in float64."""
+@pytest.mark.parametrize("row_block", [cache.ROW_BLOCK, 2])
+def test_window_and_chunks_follow_the_definition_position_by_position(row_block, monkeypatch):
+    """Across chunk boundaries (bptt 3) and row blocks with a window of 4: the previous `window`
+    positions only, fewer at the start, none at the first position, computed directly in
+    float64; no more than `window` past states are kept between chunks."""
+    monkeypatch.setattr(cache, "ROW_BLOCK", row_block)
+    kept, extend = [], cache._History.extend
+
+    def recording_extend(history, *args):
+        keys = extend(history, *args)
+        kept.append(history.hidden.size(0))
+        return keys
+
+    monkeypatch.setattr(cache._History, "extend", recording_extend)
     model = FakeModel()
-    ids = torch.randint(model.vocab, (20,), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(model.vocab, (30,), generator=torch.Generator().manual_seed(1))
     theta, lam, window = 0.8, 0.3, 4
-    got = cache.cache_log_probs_over(model, batchify(ids, 1), window, [theta], [lam], bptt=3)[0, 0]
+    got = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=3)[0, 0]
+    assert max(kept) == window
     h = model.vectors[ids[:-1]].numpy()
     y = ids[1:].numpy()
     expected = []
@@ -118,9 +140,8 @@ def test_window_and_chunks_follow_the_definition_position_by_position():
         expected.append(math.log(p))
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
     # The chunk length changes nothing, and the grid evaluates every pair in one pass.
-    torch.testing.assert_close(cache.cache_log_probs_over(model, batchify(ids, 1), window, [theta],
-                                                          [lam], bptt=50)[0, 0], got)
-    grid = cache.cache_log_probs_over(model, batchify(ids, 1), window, [0.1, theta], [lam, 0.5], bptt=3)
+    torch.testing.assert_close(with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=50)[0, 0], got)
+    grid = with_cache(model, batchify(ids, 1), window, [0.1, theta], [lam, 0.5], bptt=3)
     torch.testing.assert_close(grid[1, 0], got)
 
 
@@ -129,17 +150,18 @@ def test_window_and_chunks_follow_the_definition_position_by_position():
 def test_cache_with_lambda_zero_is_plain_evaluation_exactly(trained):
     source = batchify(trained.corpus.test, 1)
     plain = plain_log_probs(trained.model, source, bptt=40)
-    with_cache = cache.cache_log_probs_over(trained.model, source, 50, [1.0], [0.0], bptt=40)[0, 0]
-    assert torch.equal(with_cache, plain)
+    assert torch.equal(with_cache(trained.model, source, 50, [1.0], [0.0], bptt=40)[0, 0], plain)
+    settings = cache.CacheSettings(window=50, theta=1.0, lam=0.0, bptt=40)
+    assert cache.cache_nll(trained.model, source, settings) == evaluate_nll(trained.model, source, 40)
 
 
 def test_the_cache_lowers_the_perplexity_of_a_repeated_text(trained):
     source = repeated_text(trained.corpus)
     half = (source.size(0) - 1) // 2
     plain = plain_log_probs(trained.model, source, bptt=70)
-    with_cache = cache.cache_log_probs_over(trained.model, source, 500, [1.0], [0.1], bptt=70)[0, 0]
+    cached = with_cache(trained.model, source, 500, [1.0], [0.1], bptt=70)[0, 0]
     repeat = slice(half + 1, None)
-    assert -with_cache[repeat].mean() < -plain[repeat].mean() - 0.05
+    assert -cached[repeat].mean() < -plain[repeat].mean() - 0.05
 
 
 def gradient_statistics(run, settings):
@@ -150,7 +172,8 @@ def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
     settings = dynamic_eval.DynamicSettings(lr=0.0, lam=0.075, epsilon=0.001, bptt=5, ms_batches=3)
     evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
     source = batchify(trained.corpus.test, 1)
-    assert torch.equal(evaluator.log_probs(source), plain_log_probs(trained.model, source, bptt=5))
+    assert torch.equal(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5))
+    assert evaluator.nll(source) == evaluate_nll(trained.model, source, 5)
 
 
 def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(trained):
@@ -158,7 +181,7 @@ def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(tra
     evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
     source = repeated_text(trained.corpus)
     half = (source.size(0) - 1) // 2
-    dynamic = evaluator.log_probs(source)
+    dynamic = dynamic_log_probs(evaluator, source)
     evaluator.reset()
     plain = plain_log_probs(trained.model, source, bptt=5)
     gain_first = (dynamic[:half] - plain[:half]).mean()
@@ -176,7 +199,7 @@ def test_the_update_rule_step_by_step(trained):
     params = evaluator.params
     source = batchify(trained.corpus.test[:11], 1)          # exactly two segments of 5
     theta0 = [p.detach().clone() for p in params]
-    evaluator.log_probs(source)
+    dynamic_log_probs(evaluator, source)
     after = [p.detach().clone() for p in params]
     evaluator.reset()
     mean_rms = torch.cat([r.flatten() for r in rms]).mean()
@@ -210,15 +233,17 @@ def test_every_head_works_with_both_methods(name, small_data):
     torch.manual_seed(0)
     model = build_model(config, corpus.vocab_size).eval()
     source = batchify(corpus.test[:60], 1)
+    out = model(source[:5], model.init_hidden(1))      # in eval mode the head sees the cache's h
+    assert torch.equal(out.dropped_output, out.last_raw_output)
     plain = plain_log_probs(model, source, bptt=20)
-    assert torch.equal(cache.cache_log_probs_over(model, source, 30, [1.0], [0.0], 20)[0, 0], plain)
-    with_cache = cache.cache_log_probs_over(model, source, 30, [1.0], [0.2], 20)[0, 0]
-    assert torch.isfinite(with_cache).all() and not torch.equal(with_cache, plain)
+    assert torch.equal(with_cache(model, source, 30, [1.0], [0.0], 20)[0, 0], plain)
+    cached = with_cache(model, source, 30, [1.0], [0.2], 20)[0, 0]
+    assert torch.isfinite(cached).all() and not torch.equal(cached, plain)
     settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=20, ms_batches=2)
     rms = dynamic_eval.gradient_rms(model, corpus.train, settings)
     evaluator = dynamic_eval.DynamicEvaluator(model, rms, settings)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    dynamic = evaluator.log_probs(source)
+    dynamic = dynamic_log_probs(evaluator, source)
     assert torch.isfinite(dynamic).all()
     assert torch.equal(dynamic[:20], plain[:20])          # the first segment is scored before any step
     assert not torch.equal(dynamic, plain)
