@@ -199,10 +199,12 @@ def evaluate_with_method(run, args) -> int:
             with bar(name, source.size(0) - 1) as progress:
                 results[f"{name}_loss"] = cache.cache_nll(run.model, source, settings, progress)
     else:
+        run.corpus.check_batchable("train", settings.ms_batch_size, "--dynamic-ms-batch-size")
         steps = dynamic_eval.training_batches(run.corpus.train, settings)
         with bar("gradient statistics on train", steps, unit="batch") as progress:
-            rms = dynamic_eval.gradient_rms(run.model, run.corpus.train, settings, progress)
-        evaluator = dynamic_eval.DynamicEvaluator(run.model, rms, settings)
+            statistics = dynamic_eval.gradient_statistics(run.model, run.corpus.train, settings, progress)
+        evaluator = dynamic_eval.DynamicEvaluator(run.model, statistics, settings)
+        results["paper_units"] = dynamic_eval.paper_units(settings, statistics)
         for name, source in splits.items():
             with bar(name, source.size(0) - 1) as progress:
                 results[f"{name}_loss"] = evaluator.nll(source, progress)

@@ -4,8 +4,9 @@
         [--tokens 5000] [--device cuda] [--ms-batches 20]
 
 The model is the config's (untrained weights: speed does not depend on them) on the first
---tokens of the test split, read as evaluate.py reads it: plain evaluation in bptt chunks, the
-cache with its published settings (window 500 on PTB, chunks of 5000), dynamic evaluation in
+--tokens of the test split, read as evaluate.py reads it: plain evaluation in bptt chunks (and,
+`plain_5000`, in the cache's chunks of 5000, to tell the cache's own cost from its chunk length's),
+the cache with its published settings (window 500 on PTB, chunks of 5000), dynamic evaluation in
 segments of 5 with a gradient step after each. The gradient statistics dynamic evaluation
 first collects on the training split are timed apart, per training batch (100 x 5 tokens), from
 --ms-batches batches; the whole PTB training split is 1,859 such batches.
@@ -59,19 +60,23 @@ def main() -> None:
     dynamic_settings = dataclasses.replace(dynamic_eval.PUBLISHED[config.data.dataset],
                                            ms_batches=args.ms_batches)
 
+    warm = source[:200]                       # first calls pay one-time allocation costs
+    evaluate_nll(model, warm, config.train.bptt)
+    cache.cache_nll(model, warm, cache_settings)
     rates = {"plain": tokens / timed(lambda: evaluate_nll(model, source, config.train.bptt), device),
+             "plain_5000": tokens / timed(lambda: evaluate_nll(model, source, 5000), device),
              "cache": tokens / timed(lambda: cache.cache_nll(model, source, cache_settings), device)}
-    rms = []
-    ms_seconds = timed(lambda: rms.extend(dynamic_eval.gradient_rms(model, corpus.train, dynamic_settings)),
-                       device)
-    evaluator = dynamic_eval.DynamicEvaluator(model, rms, dynamic_settings)
-    rates["dynamic"] = tokens / timed(lambda: evaluator.log_probs(source), device)
+    statistics = []
+    ms_seconds = timed(lambda: statistics.append(
+        dynamic_eval.gradient_statistics(model, corpus.train, dynamic_settings)), device)
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics[0], dynamic_settings)
+    rates["dynamic"] = tokens / timed(lambda: evaluator.nll(source), device)
     evaluator.reset()
 
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"{config.head_name} on {config.data.dataset}, {tokens:,} test tokens at batch size 1")
     for name, rate in rates.items():
-        print(f"{name:8s} {rate:9,.0f} tokens/s   {rate / rates['plain']:6.3f}x plain")
+        print(f"{name:10s} {rate:9,.0f} tokens/s   {rate / rates['plain']:6.3f}x plain")
     per_batch = ms_seconds / args.ms_batches
     full = dynamic_eval.training_batches(corpus.train, dataclasses.replace(dynamic_settings, ms_batches=None))
     print(f"gradient statistics: {per_batch * 1e3:.1f} ms per training batch of "

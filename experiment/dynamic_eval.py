@@ -2,19 +2,28 @@
 decay to the global prior" rule that the MoS authors evaluate with.
 
 1. Gradient statistics. Over the training split, with the model in eval mode (no dropout) and
-   nothing updated, the mean squared gradient of each batch's mean NLL, per parameter entry:
-   MS = (1/N_b) sum_k (grad L_k)^2, and RMS = sqrt(MS). Here the batches are the whole training
-   split read as 100 columns (`ms_batch_size`) in segments of `bptt` positions (5), the hidden
-   state carried: 1,859 batches on PTB, 4,177 on WikiText-2 (`ms_batches` reads only the first N).
+   nothing updated, the gradient g_b of each batch's mean NLL, per parameter entry:
+   S = sqrt(sum_b g_b^2). The batches are the whole training split read as 100 columns
+   (`ms_batch_size`) in segments of `bptt` positions (5), the hidden state carried: N_b = 1,859
+   batches on PTB, 4,177 on WikiText-2 (`ms_batches` reads only the first N).
 2. The text (validation, then test, each from the trained weights theta_0) is read at batch size
    1 in segments s_1, s_2, ... of `bptt` positions, the hidden state carried. Each segment is
    scored first, then the weights take one step on that segment's mean NLL:
 
-       theta <- theta - lr * grad L(s_i) / (RMS + epsilon) + lambda * decay * (theta_0 - theta)
+       theta <- theta - lr * g(s_i) / (S + epsilon) + min(lambda * S / sum_k mean(S_k), 1) * (theta_0 - theta)
 
-   with decay = RMS / mean(RMS) (the mean over every entry of every parameter), capped so that
-   lambda * decay <= 1: a weight is never pulled past theta_0. So the model adapts to what it
-   has just read and relaxes back towards the trained weights.
+   with sum_k mean(S_k) the sum over the model's K parameter tensors of each one's mean S. The
+   model adapts to what it has just read and relaxes back towards the trained weights, never
+   past them (the pull is capped at 1).
+
+Units. This is the paper's rule, theta <- theta - eta g / (sqrt(MS_g) + eps') + lambda' (theta_0 -
+theta) RMS / avg(RMS), with MS_g = S^2 / N_b the mean squared gradient and avg the mean of the
+tensors' mean RMS, written in the units of the code the published settings were found with (the
+original dynamic-evaluation code that the MoS repository ships, which its authors later noted
+scales these terms differently from the paper's equations): eta = lr / sqrt(N_b), eps' = epsilon /
+sqrt(N_b), lambda' = lambda / K. So `--dynamic-lr 0.002 --dynamic-lambda 0.075 --dynamic-epsilon
+0.001` mean what they meant for MoS's published 48.33 / 47.69; `paper_units` gives the
+equivalents for a run.
 
 Every trainable parameter of the model adapts (a head's own ones included: PLIF's slopes, MoS's
 prior and latent layers); buffers (frozen PLIF slopes) do not. The model in memory is changed and
@@ -64,13 +73,9 @@ def adapted_parameters(model) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _columns(train_ids: torch.Tensor, settings: DynamicSettings) -> int:
-    return max(1, min(settings.ms_batch_size, train_ids.numel() // 2))
-
-
 def training_batches(train_ids: torch.Tensor, settings: DynamicSettings) -> int:
-    """How many training batches `gradient_rms` reads."""
-    steps = train_ids.numel() // _columns(train_ids, settings)
+    """How many training batches `gradient_statistics` reads."""
+    steps = train_ids.numel() // settings.ms_batch_size
     batches = math.ceil((steps - 1) / settings.bptt)
     return min(batches, settings.ms_batches) if settings.ms_batches else batches
 
@@ -81,11 +86,17 @@ def gradients(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tens
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
 
-def gradient_rms(model, train_ids: torch.Tensor, settings: DynamicSettings,
-                 progress=None) -> list[torch.Tensor]:
-    """RMS of the gradient of each training batch's mean NLL, per parameter entry (step 1)."""
+@dataclass
+class GradientStatistics:
+    root_sum_squares: list[torch.Tensor]    # S = sqrt(sum_b g_b^2), one tensor per parameter
+    batches: int                            # N_b
+
+
+def gradient_statistics(model, train_ids: torch.Tensor, settings: DynamicSettings,
+                        progress=None) -> GradientStatistics:
+    """S = sqrt(sum_b g_b^2) over the training batches, per parameter entry (step 1)."""
     params = adapted_parameters(model)
-    data = batchify(train_ids, _columns(train_ids, settings), params[0].device)
+    data = batchify(train_ids, settings.ms_batch_size, params[0].device)
     squares = [torch.zeros_like(p) for p in params]
     batches = 0
     for out, _ in iterate_chunks(model, data, settings.bptt, targets_only=True, grad=True):
@@ -96,21 +107,30 @@ def gradient_rms(model, train_ids: torch.Tensor, settings: DynamicSettings,
             progress.update(1)
         if settings.ms_batches and batches >= settings.ms_batches:
             break
-    return [torch.sqrt(total / batches) for total in squares]
+    return GradientStatistics([torch.sqrt(total) for total in squares], batches)
+
+
+def paper_units(settings: DynamicSettings, statistics: GradientStatistics) -> dict:
+    """The settings as eta, epsilon and lambda of the paper's equation (see the module docstring)."""
+    root_batches = math.sqrt(statistics.batches)
+    return {"eta": settings.lr / root_batches, "epsilon": settings.epsilon / root_batches,
+            "lambda": settings.lam / len(statistics.root_sum_squares),
+            "training_batches": statistics.batches, "parameter_tensors": len(statistics.root_sum_squares)}
 
 
 class DynamicEvaluator:
     """Step 2 for a model whose gradient statistics are known, one split at a time."""
 
-    def __init__(self, model, rms: list[torch.Tensor], settings: DynamicSettings):
+    def __init__(self, model, statistics: GradientStatistics, settings: DynamicSettings):
         self.model, self.settings = model, settings
         self.params = adapted_parameters(model)
         self.trained = [p.detach().clone() for p in self.params]            # theta_0
-        self.step = [settings.lr / (r + settings.epsilon) for r in rms]     # per unit of gradient
-        mean_rms = torch.cat([r.flatten() for r in rms]).mean()
-        # lambda * decay, at most 1 (where every gradient was zero the mean is 0: no decay then).
-        self.pull = [torch.clamp(settings.lam * r / mean_rms, max=1.0) if mean_rms > 0
-                     else torch.zeros_like(r) for r in rms]
+        roots = statistics.root_sum_squares
+        self.step = [settings.lr / (s + settings.epsilon) for s in roots]   # per unit of gradient
+        scale = sum(s.mean() for s in roots)                                # sum_k mean(S_k)
+        # The pull towards theta_0, at most 1 (where every gradient was zero: none).
+        self.pull = [torch.clamp(settings.lam * s / scale, max=1.0) if scale > 0
+                     else torch.zeros_like(s) for s in roots]
 
     @torch.no_grad()
     def reset(self) -> None:

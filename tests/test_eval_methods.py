@@ -165,7 +165,31 @@ def test_the_cache_lowers_the_perplexity_of_a_repeated_text(trained):
 
 
 def gradient_statistics(run, settings):
-    return dynamic_eval.gradient_rms(run.model, run.corpus.train, settings)
+    return dynamic_eval.gradient_statistics(run.model, run.corpus.train, settings)
+
+
+def test_gradient_statistics_are_root_sum_squares_over_training_batches(trained):
+    """S = sqrt(sum_b g_b^2) of each batch's mean-NLL gradient, eval mode, hidden state carried;
+    and the settings in the paper's units: eta = lr / sqrt(N_b), eps = eps / sqrt(N_b), lambda / K."""
+    settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=5,
+                                            ms_batch_size=4, ms_batches=3)
+    statistics = gradient_statistics(trained, settings)
+    model = trained.model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    data = batchify(trained.corpus.train, 4)
+    hidden, squares = model.init_hidden(4), [torch.zeros_like(p) for p in params]
+    for b in range(3):
+        out = model(data[5 * b:5 * b + 5], hidden, data[5 * b + 1:5 * b + 6])
+        hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
+        for total, g in zip(squares, torch.autograd.grad(-out.target_log_probs.mean(), params)):
+            total += g * g
+    assert statistics.batches == 3
+    for got, total in zip(statistics.root_sum_squares, squares):
+        torch.testing.assert_close(got, total.sqrt())
+    units = dynamic_eval.paper_units(settings, statistics)
+    assert units["eta"] == pytest.approx(0.002 / math.sqrt(3))
+    assert units["epsilon"] == pytest.approx(0.001 / math.sqrt(3))
+    assert units["lambda"] == pytest.approx(0.075 / len(params)) and units["parameter_tensors"] == len(params)
 
 
 def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
@@ -190,19 +214,21 @@ def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(tra
 
 
 def test_the_update_rule_step_by_step(trained):
-    """Two segments: theta_1 = theta_0 - lr g_1 / (rms + eps); theta_2 = theta_1 - lr g_2 / (rms +
-    eps) + min(lambda rms / mean(rms), 1) (theta_0 - theta_1), with g_2 at theta_1."""
+    """Two segments, S = sqrt(sum_b g_b^2): theta_1 = theta_0 - lr g_1 / (S + eps); theta_2 =
+    theta_1 - lr g_2 / (S + eps) + min(lambda S / sum_k mean(S_k), 1) (theta_0 - theta_1), with
+    g_2 at theta_1 (the published units; see experiment/dynamic_eval.py)."""
     settings = dynamic_eval.DynamicSettings(lr=0.01, lam=0.3, epsilon=0.001, bptt=5, ms_batches=2)
     model = trained.model
-    rms = gradient_statistics(trained, settings)
-    evaluator = dynamic_eval.DynamicEvaluator(model, rms, settings)
+    statistics = gradient_statistics(trained, settings)
+    rms = statistics.root_sum_squares
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics, settings)
     params = evaluator.params
     source = batchify(trained.corpus.test[:11], 1)          # exactly two segments of 5
     theta0 = [p.detach().clone() for p in params]
     dynamic_log_probs(evaluator, source)
     after = [p.detach().clone() for p in params]
     evaluator.reset()
-    mean_rms = torch.cat([r.flatten() for r in rms]).mean()
+    scale = sum(r.mean() for r in rms)                       # over the K parameter tensors
     # By hand, with plain autograd.
     hidden = model.init_hidden(1)
     expected = [p.clone() for p in theta0]
@@ -215,7 +241,7 @@ def test_the_update_rule_step_by_step(trained):
         hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
         grads = torch.autograd.grad(-out.target_log_probs.mean(), params)
         expected = [value - settings.lr * g / (r + settings.epsilon)
-                    + torch.clamp(settings.lam * r / mean_rms, max=1) * (t0 - value)
+                    + torch.clamp(settings.lam * r / scale, max=1) * (t0 - value)
                     for value, g, r, t0 in zip(expected, grads, rms, theta0)]
     evaluator.reset()
     for got, want in zip(after, expected):
@@ -240,8 +266,8 @@ def test_every_head_works_with_both_methods(name, small_data):
     cached = with_cache(model, source, 30, [1.0], [0.2], 20)[0, 0]
     assert torch.isfinite(cached).all() and not torch.equal(cached, plain)
     settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=20, ms_batches=2)
-    rms = dynamic_eval.gradient_rms(model, corpus.train, settings)
-    evaluator = dynamic_eval.DynamicEvaluator(model, rms, settings)
+    statistics = dynamic_eval.gradient_statistics(model, corpus.train, settings)
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics, settings)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     dynamic = dynamic_log_probs(evaluator, source)
     assert torch.isfinite(dynamic).all()
