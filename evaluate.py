@@ -27,8 +27,7 @@ from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment import cache, dynamic_eval
 from experiment.config import ConfigError
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import load_trained, select_device
-from experiment.progress import TrainingProgress
+from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 
 
@@ -93,32 +92,6 @@ def method_settings(args, dataset: str):
         raise ConfigError(str(e)) from None
 
 
-def weights_evaluated(ckpt: dict) -> dict:
-    """Which weights a checkpoint holds: best.pt those validated after its epoch (the ASGD
-    averages once averaging runs); last.pt the model's own weights where training stands, after
-    its last complete epoch or within the epoch in progress (the averages are in its optimizer
-    state)."""
-    if ckpt.get("kind") == "last":
-        p = TrainingProgress.from_dict(ckpt["progress"])
-        complete = p.position == 0               # at an epoch boundary: `epoch` is the next one
-        return {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
-                "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
-    return {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
-            "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
-
-
-def describe_weights(w: dict) -> str:
-    if w["step"] == 0:
-        where = "the initial weights (no training step taken)"
-    elif w["epoch_complete"]:
-        where = f"weights after epoch {w['epoch']} (step {w['step']})"
-    else:
-        where = f"weights from within epoch {w['epoch']} (step {w['step']}, the epoch unfinished)"
-    if w["weights"] == "averaged":
-        return f"{where}, the ASGD averages"
-    return f"{where}, raw" + (" (not the ASGD averages validation uses)" if w["asgd"] else "")
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -143,7 +116,7 @@ def evaluate(run, args) -> int:
                "--test-batch-size" if args.test_batch_size else "train.test_batch_size"))
     for _, split, _, batch_size, setting in splits:
         run.corpus.check_batchable(split, batch_size, setting)
-    weights = weights_evaluated(run.checkpoint)
+    weights = run.weights()
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
                "head": run.config.head_name, **weights}
     device = next(run.model.parameters()).device
