@@ -137,7 +137,7 @@ def report(run, results: dict, args, file_name: str) -> None:
     """Print the results and save them beside the checkpoint (eval_best.json for best.pt)."""
     method = f" with {results['method']}" if "method" in results else ""
     print(f"{run.path}: {results['head']} on {results['dataset']}, "
-          f"{describe_weights(weights_evaluated(run.checkpoint))}{method}")
+          f"{describe_weights(run.weights())}{method}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "
           f"test ppl {results['test_ppl']:.2f} (batch {results['test_batch_size']})")
     write_text_atomic(run.run_dir / file_name, json.dumps(results, indent=1) + "\n")
@@ -153,7 +153,7 @@ def evaluate_with_method(run, args) -> int:
     device = next(run.model.parameters()).device
     splits = {"val": batchify(run.corpus.valid, 1, device), "test": batchify(run.corpus.test, 1, device)}
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
-               "head": run.config.head_name, **weights_evaluated(run.checkpoint), "method": args.method}
+               "head": run.config.head_name, **run.weights(), "method": args.method}
 
     def bar(name: str, total: int, unit: str = "tok"):
         return tqdm(total=total, unit=unit, desc=f"{name} ({args.method})", leave=False, disable=None)
