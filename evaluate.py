@@ -2,13 +2,20 @@
 
     python evaluate.py runs/ptb-softmax-seed141            # its best.pt
     python evaluate.py runs/x/last.pt --json               # a checkpoint file; JSON last line
+    python evaluate.py runs/ptb-softmax-seed141 --cache    # with the neural cache ([Cache])
+    python evaluate.py runs/ptb-softmax-seed141 --cache-search   # tune theta, lambda on valid first
+    python evaluate.py runs/ptb-mos-seed28 --dynamic       # dynamic evaluation ([DynEval])
 
-The results are also written beside the checkpoint as eval_<checkpoint name>.json, with the
-epoch and step of the weights and whether they are the ASGD averages or the raw weights.
+The results are also written beside the checkpoint as eval_<checkpoint name>.json (with a
+method: eval_<checkpoint name>_<method>.json), with the epoch and step of the weights and whether
+they are the ASGD averages or the raw weights. The methods read both splits at batch size 1 and
+default to the published settings of the run's dataset (experiment/cache.py,
+experiment/dynamic_eval.py); the checkpoint is never written.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -17,10 +24,10 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
+from experiment import cache, dynamic_eval
 from experiment.config import ConfigError
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import load_trained, select_device
-from experiment.progress import TrainingProgress
+from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 
 
@@ -32,33 +39,57 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, mps, cuda, cuda:N")
     parser.add_argument("--valid-batch-size", type=int, help="default: the run's train.eval_batch_size")
     parser.add_argument("--test-batch-size", type=int, help="default: the run's train.test_batch_size (1)")
-    return parser.parse_args(argv)
+    method = parser.add_argument_group(
+        "evaluation methods (batch size 1; defaults: the published settings of the run's dataset)")
+    method.add_argument("--cache", action="store_true", help="the neural cache of Grave et al. 2017")
+    method.add_argument("--cache-window", type=int, help="past positions in the cache (PTB 500, WT2 3785)")
+    method.add_argument("--cache-theta", type=float, help="the cache's inverse temperature (PTB 1.0, WT2 0.662)")
+    method.add_argument("--cache-lambda", type=float, help="the cache's weight in [0, 1) (PTB 0.1, WT2 0.1279)")
+    method.add_argument("--cache-bptt", type=int,
+                        help="positions per forward pass (default 5000); memory and speed only")
+    method.add_argument("--cache-search", action="store_true",
+                        help="--cache with theta and lambda chosen on the validation split from a grid")
+    method.add_argument("--dynamic", action="store_true",
+                        help="dynamic evaluation of Krause et al. 2018 (RMS with decay to the global prior)")
+    method.add_argument("--dynamic-lr", type=float, help="step size (0.002)")
+    method.add_argument("--dynamic-lambda", type=float, help="decay towards the trained weights (PTB 0.075, WT2 0.02)")
+    method.add_argument("--dynamic-epsilon", type=float, help="added to the gradient RMS (PTB 0.001, WT2 0.002)")
+    method.add_argument("--dynamic-bptt", type=int, help="positions per segment (5)")
+    method.add_argument("--dynamic-ms-batch-size", type=int,
+                        help="columns of the training batches for the gradient statistics (100)")
+    method.add_argument("--dynamic-ms-batches", type=int,
+                        help="use only the first N training batches for them (default: the whole split)")
+    args = parser.parse_args(argv)
+    args.cache = args.cache or args.cache_search
+    for name in ("cache", "dynamic"):
+        given = [key for key in vars(args) if key.startswith(f"{name}_") and getattr(args, key) not in (None, False)]
+        if given and not getattr(args, name):
+            parser.error(f"--{given[0].replace('_', '-')} belongs to --{name}")
+    if args.cache and args.dynamic:
+        parser.error("--cache and --dynamic are two methods: give one")
+    if (args.cache or args.dynamic) and (args.valid_batch_size or args.test_batch_size):
+        parser.error("--cache and --dynamic read both splits at batch size 1: leave out the batch sizes")
+    args.method = "cache" if args.cache else "dynamic" if args.dynamic else None
+    return args
 
 
-def weights_evaluated(ckpt: dict) -> dict:
-    """Which weights a checkpoint holds: best.pt those validated after its epoch (the ASGD
-    averages once averaging runs); last.pt the model's own weights where training stands, after
-    its last complete epoch or within the epoch in progress (the averages are in its optimizer
-    state)."""
-    if ckpt.get("kind") == "last":
-        p = TrainingProgress.from_dict(ckpt["progress"])
-        complete = p.position == 0               # at an epoch boundary: `epoch` is the next one
-        return {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
-                "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
-    return {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
-            "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
+# Flag -> settings field of each method.
+METHOD_FLAGS = {"cache": {"cache_window": "window", "cache_theta": "theta", "cache_lambda": "lam",
+                          "cache_bptt": "bptt"},
+                "dynamic": {"dynamic_lr": "lr", "dynamic_lambda": "lam", "dynamic_epsilon": "epsilon",
+                            "dynamic_bptt": "bptt", "dynamic_ms_batch_size": "ms_batch_size",
+                            "dynamic_ms_batches": "ms_batches"}}
 
 
-def describe_weights(w: dict) -> str:
-    if w["step"] == 0:
-        where = "the initial weights (no training step taken)"
-    elif w["epoch_complete"]:
-        where = f"weights after epoch {w['epoch']} (step {w['step']})"
-    else:
-        where = f"weights from within epoch {w['epoch']} (step {w['step']}, the epoch unfinished)"
-    if w["weights"] == "averaged":
-        return f"{where}, the ASGD averages"
-    return f"{where}, raw" + (" (not the ASGD averages validation uses)" if w["asgd"] else "")
+def method_settings(args, dataset: str):
+    """The published settings of the method for the dataset, with the flags given replacing them."""
+    published = (cache if args.method == "cache" else dynamic_eval).PUBLISHED[dataset]
+    given = {field: getattr(args, flag) for flag, field in METHOD_FLAGS[args.method].items()
+             if getattr(args, flag) is not None}
+    try:
+        return dataclasses.replace(published, **given)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def main(argv=None) -> int:
@@ -71,7 +102,7 @@ def main(argv=None) -> int:
         device = select_device(args.device, option="--device")
         with RunLock(existing_checkpoint(args.path).parent):   # it writes eval_*.json there
             run = load_trained(args.path, device, args.data_dir)
-            return evaluate(run, args)
+            return evaluate_with_method(run, args) if args.method else evaluate(run, args)
     except (ConfigError, CheckpointError, DataError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -85,7 +116,7 @@ def evaluate(run, args) -> int:
                "--test-batch-size" if args.test_batch_size else "train.test_batch_size"))
     for _, split, _, batch_size, setting in splits:
         run.corpus.check_batchable(split, batch_size, setting)
-    weights = weights_evaluated(run.checkpoint)
+    weights = run.weights()
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
                "head": run.config.head_name, **weights}
     device = next(run.model.parameters()).device
@@ -98,14 +129,80 @@ def evaluate(run, args) -> int:
         results[f"{name}_ppl"] = perplexity(nll)
         results[f"{name}_batch_size"] = batch_size
 
-    print(f"{run.path}: {results['head']} on {results['dataset']}, {describe_weights(weights)}")
+    report(run, results, args, f"eval_{run.path.stem}.json")
+    return 0
+
+
+def report(run, results: dict, args, file_name: str) -> None:
+    """Print the results and save them beside the checkpoint (eval_best.json for best.pt)."""
+    method = f" with {results['method']}" if "method" in results else ""
+    print(f"{run.path}: {results['head']} on {results['dataset']}, "
+          f"{describe_weights(run.weights())}{method}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "
           f"test ppl {results['test_ppl']:.2f} (batch {results['test_batch_size']})")
-    # Saved beside the checkpoint for the result tables (eval_best.json for best.pt).
-    write_text_atomic(run.run_dir / f"eval_{run.path.stem}.json", json.dumps(results, indent=1) + "\n")
+    write_text_atomic(run.run_dir / file_name, json.dumps(results, indent=1) + "\n")
     if args.json:
         print(json.dumps(results))
+
+
+def evaluate_with_method(run, args) -> int:
+    """Validation and test perplexity with the neural cache or dynamic evaluation."""
+    settings = method_settings(args, run.config.data.dataset)
+    for split in ("valid", "test"):
+        run.corpus.check_batchable(split, 1, "batch size")
+    device = next(run.model.parameters()).device
+    splits = {"val": batchify(run.corpus.valid, 1, device), "test": batchify(run.corpus.test, 1, device)}
+    results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
+               "head": run.config.head_name, **run.weights(), "method": args.method}
+
+    def bar(name: str, total: int, unit: str = "tok"):
+        return tqdm(total=total, unit=unit, desc=f"{name} ({args.method})", leave=False, disable=None)
+
+    if args.method == "cache":
+        if args.cache_search:
+            with bar("search on valid", splits["val"].size(0) - 1) as progress:
+                settings, grid = cache.search(run.model, splits["val"], settings.window, settings.bptt,
+                                              progress=progress)
+            print(describe_search(grid))
+            print(f"best: theta {settings.theta:g}, lambda {settings.lam:g} "
+                  f"(valid ppl {perplexity(grid.min().item()):.2f})")
+            results["search"] = {"thetas": list(cache.SEARCH_THETAS), "lambdas": list(cache.SEARCH_LAMBDAS),
+                                 "val_ppl": perplexity_grid(grid)}
+        for name, source in splits.items():
+            with bar(name, source.size(0) - 1) as progress:
+                results[f"{name}_loss"] = cache.cache_nll(run.model, source, settings, progress)
+    else:
+        run.corpus.check_batchable("train", settings.ms_batch_size, "--dynamic-ms-batch-size")
+        steps = dynamic_eval.training_batches(run.corpus.train, settings)
+        with bar("gradient statistics on train", steps, unit="batch") as progress:
+            statistics = dynamic_eval.gradient_statistics(run.model, run.corpus.train, settings, progress)
+        evaluator = dynamic_eval.DynamicEvaluator(run.model, statistics, settings)
+        results["paper_units"] = dynamic_eval.paper_units(settings, statistics)
+        for name, source in splits.items():
+            with bar(name, source.size(0) - 1) as progress:
+                results[f"{name}_loss"] = evaluator.nll(source, progress)
+        evaluator.reset()
+    results["settings"] = dataclasses.asdict(settings)
+    for name in splits:
+        results[f"{name}_ppl"] = perplexity(results[f"{name}_loss"])
+        results[f"{name}_batch_size"] = 1
+    report(run, results, args, f"eval_{run.path.stem}_{args.method}.json")
     return 0
+
+
+def perplexity_grid(grid) -> list[list[float]]:
+    return [[round(perplexity(nll), 4) for nll in row] for row in grid.tolist()]
+
+
+def describe_search(grid) -> str:
+    """The validation perplexity of every (theta, lambda) of the search, the best marked."""
+    best = grid.min().item()
+    lines = ["cache search on the validation split (ppl; * best):",
+             "theta \\ lambda " + " ".join(f"{lam:>9g}" for lam in cache.SEARCH_LAMBDAS)]
+    for theta, row in zip(cache.SEARCH_THETAS, grid.tolist()):
+        lines.append(f"{theta:>14g} " + " ".join(
+            f"{perplexity(nll):8.2f}" + ("*" if nll == best else " ") for nll in row))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment.config import ConfigError
 from experiment.evaluation import iterate_chunks
-from experiment.loading import load_trained, select_device
+from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, write_text_atomic
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
@@ -138,7 +138,7 @@ def open_split(path: str, split: str, contexts: int | None, dtype: str, device: 
 
 def describe_run(run, split: str, limit: int) -> dict:
     return {"checkpoint": str(run.path), "head": run.config.head_name,
-            "dataset": run.config.data.dataset, "split": split, "contexts": limit}
+            "dataset": run.config.data.dataset, "split": split, "contexts": limit, **run.weights()}
 
 
 def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
@@ -194,7 +194,7 @@ def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, 
 def describe_robustness(result: dict) -> str:
     original = result["original"]
     lines = [f"{result['checkpoint']}: {result['head']} on {result['dataset']} {result['split']}, "
-             f"{result['contexts']:,} contexts, {original['dtype']}: Press rank {original['press_rank']:,}; "
+             f"{describe_weights(result)}; {result['contexts']:,} contexts, {original['dtype']}: Press rank {original['press_rank']:,}; "
              f"top {result['keep']} singular values kept"]
     for record in result["reconstruction"]:
         lines.append(f"  Algorithm 1, iteration {record['iteration']:2d}: Press rank {record['press_rank']:,}, "
@@ -208,7 +208,7 @@ def describe_robustness(result: dict) -> str:
 
 def describe(result: dict) -> str:
     lines = [f"{result['checkpoint']}: {result['head']} on {result['dataset']} {result['split']}, "
-             f"{result['contexts']:,} contexts"]
+             f"{result['contexts']:,} contexts; {describe_weights(result)}"]
     for label, summary in (("log P", result), ("f(l)", result.get("transformed"))):
         if summary is None:
             continue

@@ -12,7 +12,8 @@ One optimizer step:
   2. for each column chunk of `small_batch_size` sequences (gradient accumulation): forward
      from that chunk's carried (detached) hidden state, loss = NLL + AR + TAR, backward
      (each chunk is its own forward, so it draws its own dropout masks, as in the MoS code);
-  3. stop on a non-finite loss, clip the global gradient norm, take the SGD / ASGD step.
+  3. clip the global gradient norm, take the SGD / ASGD step; stop (exit code 3, before
+     anything is saved) if the loss, the gradient norm or any weight is non-finite.
 One epoch: steps over the whole training stream, then validation (on the averaged weights
 once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last.pt.
 

@@ -6,34 +6,46 @@ every log-P row is computed the same way.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 
 from data.batching import get_batch
 
 
-@torch.no_grad()
-def iterate_chunks(model, source: torch.Tensor, bptt: int, targets_only: bool = False) -> Iterator[tuple]:
+def iterate_chunks(model, source: torch.Tensor, bptt: int, targets_only: bool = False,
+                   grad: bool = False) -> Iterator[tuple]:
     """Yield (ModelOutput, targets) for consecutive bptt chunks of a batchified split; with
-    `targets_only` the model computes only the targets' log-probabilities."""
+    `targets_only` the model computes only the targets' log-probabilities. With `grad` each
+    chunk's output keeps its graph (dynamic evaluation takes a gradient step after each chunk);
+    the hidden state carried to the next chunk is detached either way."""
     model.eval()
     hidden = model.init_hidden(source.size(1))
     for i in range(0, source.size(0) - 1, bptt):
         inputs, targets = get_batch(source, i, bptt)
-        out = model(inputs, hidden, targets if targets_only else None)
-        hidden = out.hidden
+        with torch.set_grad_enabled(grad):
+            out = model(inputs, hidden, targets if targets_only else None)
+        hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
         yield out, targets
 
 
 def evaluate_nll(model, source: torch.Tensor, bptt: int, progress=None) -> float:
     """Mean negative log-likelihood per token (nats) of a batchified split."""
+    chunks = iterate_chunks(model, source, bptt, targets_only=True)
+    return mean_nll((out.target_log_probs for out, _ in chunks), progress)
+
+
+def mean_nll(chunks: Iterable[torch.Tensor], progress=None) -> float:
+    """Mean negative log-likelihood per token (nats) from the targets' log-probabilities, chunk
+    by chunk ((T, B) or (T,)), summed in float64. The evaluation methods (experiment/cache.py,
+    experiment/dynamic_eval.py) reduce their chunks here too, so in their limits (lambda = 0,
+    lr = 0) they give plain evaluation's number bit for bit."""
     total, count = 0.0, 0
-    for out, targets in iterate_chunks(model, source, bptt, targets_only=True):
-        total -= out.target_log_probs.double().sum().item()
-        count += targets.numel()
+    for log_p in chunks:
+        total -= log_p.double().sum().item()
+        count += log_p.numel()
         if progress is not None:
-            progress.update(targets.size(0))
+            progress.update(log_p.size(0))
     return total / count
 
 

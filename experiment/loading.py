@@ -10,6 +10,7 @@ from data import load_corpus
 from model import LanguageModel, build_model
 from . import checkpoint
 from .config import DEVICE_CHOICES, DEVICE_NAME, Config, ConfigError, config_from_dict
+from .progress import TrainingProgress
 
 
 def select_device(name: str = "auto", option: str = "run.device") -> torch.device:
@@ -52,6 +53,33 @@ class TrainedModel:
     corpus: object
     model: LanguageModel
     checkpoint: dict
+
+    def weights(self) -> dict:
+        """Which weights the model holds: from best.pt those validated after its epoch (the ASGD
+        averages once averaging runs); from last.pt the model's own weights where training stands,
+        after its last complete epoch or within the epoch in progress (the averages are in its
+        optimizer state). JSON-ready, for the results evaluate.py and rank.py write."""
+        ckpt = self.checkpoint
+        if ckpt.get("kind") == "last":
+            p = TrainingProgress.from_dict(ckpt["progress"])
+            complete = p.position == 0           # at an epoch boundary: `epoch` is the next one
+            return {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
+                    "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
+        return {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
+                "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
+
+
+def describe_weights(w: dict) -> str:
+    """TrainedModel.weights() in words, e.g. "weights after epoch 2 (step 96), raw"."""
+    if w["step"] == 0:
+        where = "the initial weights (no training step taken)"
+    elif w["epoch_complete"]:
+        where = f"weights after epoch {w['epoch']} (step {w['step']})"
+    else:
+        where = f"weights from within epoch {w['epoch']} (step {w['step']}, the epoch unfinished)"
+    if w["weights"] == "averaged":
+        return f"{where}, the ASGD averages"
+    return f"{where}, raw" + (" (not the ASGD averages validation uses)" if w["asgd"] else "")
 
 
 def load_trained(path: str | Path, device: torch.device, data_dir: str | None = None,

@@ -92,13 +92,22 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
             os.close(fd)
-            raise RunDirectoryError(f"{self.run_dir} is in use by PID {holder}; one process at a "
+            by = f"PID {holder}" if holder else "another process (it has not written its PID yet)"
+            raise RunDirectoryError(f"{self.run_dir} is in use by {by}; one process at a "
                                     f"time writes into a run directory: wait for it to end or "
                                     f"choose another directory") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} ({' '.join(sys.argv)[:300]})\n".encode("utf-8"), 0)
+        except OSError as e:         # a file system without flock (some network or FUSE mounts)
+            os.close(fd)
+            raise RunDirectoryError(f"{self.run_dir}: cannot lock {path} ({e.strerror or e}); "
+                                    f"run directories need a file system with flock(2) locks, "
+                                    f"e.g. a local disk or NFSv4") from None
+        try:   # who holds the lock, for the message of a second process; the lock does not need it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} ({' '.join(sys.argv)[:300]})\n".encode("utf-8"), 0)
+        except OSError:
+            pass
         self.fd = fd
         remove_orphaned_temp_files(self.run_dir)
 

@@ -107,7 +107,11 @@ class WeightDropLSTM(nn.Module):
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
         """x (T, B, input_size); state (h, c), each (1, B, hidden_size)."""
         weights = [self.weight_ih, self.dropped_weight_hh(), self.bias_ih, self.bias_hh]
-        output, h, c = torch.lstm(x, state, weights, True, 1, 0.0, self.training, False, False)
+        # The kernel's `train` flag only picks cuDNN's training path (a one-layer LSTM has no
+        # dropout inside the kernel): a gradient through cuDNN needs it, also in eval mode
+        # (dynamic evaluation), while training and no-grad evaluation run as always.
+        kernel_train = self.training or torch.is_grad_enabled()
+        output, h, c = torch.lstm(x, state, weights, True, 1, 0.0, kernel_train, False, False)
         return output, (h, c)
 
     def extra_repr(self) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment import checkpoint
+from experiment import checkpoint, run_directory
 from experiment.run_directory import (LOCK_NAME, RunDirectoryError, RunLock, temp_path,
                                       write_text_atomic)
 from tests.conftest import enospc_after
@@ -116,3 +117,24 @@ def test_lock_holder_text_names_the_command(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_holder_that_has_not_written_its_pid_yet_is_still_named(tmp_path):
+    (tmp_path / LOCK_NAME).touch()
+    with open(tmp_path / LOCK_NAME) as held:         # taken, its PID not written yet
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RunDirectoryError) as info:
+            RunLock(tmp_path).acquire()
+    assert str(info.value).startswith(f"{tmp_path} is in use by another process (it has not "
+                                      f"written its PID yet)")
+
+
+def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(run_directory.fcntl, "flock", no_locks)
+    with pytest.raises(RunDirectoryError) as info:
+        RunLock(tmp_path).acquire()
+    assert str(info.value).startswith(f"{tmp_path}: cannot lock {tmp_path / LOCK_NAME} "
+                                      f"(No locks available); run directories need a file system")

@@ -430,6 +430,28 @@ def test_training_on_the_cpu_by_default_warns_once(small, tmp_path, capsys, no_g
         assert "warning" not in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------------- rank.py
+
+def test_rank_says_which_epochs_weights_it_ranked_and_whether_averaged(small, tmp_path, capsys):
+    """As evaluate.py: best.pt after averaging from the first step holds the ASGD averages,
+    last.pt the raw weights; both after epoch 1, not "epoch 2"."""
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "train.asgd_trigger=start", "train.epochs=1",
+                       f"run.dir={run_dir}"]) == 0
+    step = metrics(run_dir)[-1]["step"]
+    for name, weights, words in (
+            ("best.pt", "averaged", f"weights after epoch 1 (step {step}), the ASGD averages"),
+            ("last.pt", "raw", f"weights after epoch 1 (step {step}), raw (not the ASGD averages")):
+        capsys.readouterr()
+        assert rank.main([str(run_dir / name), "--contexts", "20", "--device", "cpu", "--json"]) == 0
+        out = capsys.readouterr().out.strip().splitlines()
+        result = json.loads(out[-1])
+        assert (result["epoch"], result["step"], result["epoch_complete"], result["weights"]) == (
+            1, step, True, weights)
+        assert words in out[0]
+        assert json.loads((run_dir / "rank_test.json").read_text())["weights"] == weights
+
+
 # ---------------------------------------------------------------------- rank.py --plot
 
 def test_rank_plot_refuses_computing_options_and_writes_next_to_the_runs(small, tmp_path,

@@ -1,0 +1,90 @@
+"""Tokens per second of the evaluation methods against plain evaluation, at batch size 1.
+
+    AWD_DATA_DIR=... python benchmarks/bench_eval_methods.py [--config configs/ptb/softmax.yaml]
+        [--tokens 5000] [--device cuda] [--ms-batches 20]
+
+The model is the config's (untrained weights: speed does not depend on them) on the first
+--tokens of the test split, read as evaluate.py reads it: plain evaluation in bptt chunks (and,
+`plain_5000`, in the cache's chunks of 5000, to tell the cache's own cost from its chunk length's),
+the cache with its published settings (window 500 on PTB, chunks of 5000), dynamic evaluation in
+segments of 5 with a gradient step after each. The gradient statistics dynamic evaluation
+first collects on the training split are timed apart, per training batch (100 x 5 tokens), from
+--ms-batches batches; the whole PTB training split is 1,859 such batches.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import synchronize  # noqa: E402
+from data import load_corpus  # noqa: E402
+from data.batching import batchify  # noqa: E402
+from experiment import cache, dynamic_eval  # noqa: E402
+from experiment.config import load_config  # noqa: E402
+from experiment.evaluation import evaluate_nll  # noqa: E402
+from model import build_model  # noqa: E402
+
+
+def timed(fn, device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/ptb/softmax.yaml")
+    parser.add_argument("--tokens", type=int, default=5000, help="test tokens read by each method")
+    parser.add_argument("--ms-batches", type=int, default=20, help="training batches timed for the statistics")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    config = load_config(args.config)
+    corpus = load_corpus(config.data.dataset)
+    torch.manual_seed(0)
+    model = build_model(config, corpus.vocab_size).to(device).eval()
+    source = batchify(corpus.test[:args.tokens + 1], 1, device)
+    tokens = source.size(0) - 1
+    cache_settings = cache.PUBLISHED[config.data.dataset]
+    dynamic_settings = dataclasses.replace(dynamic_eval.PUBLISHED[config.data.dataset],
+                                           ms_batches=args.ms_batches)
+
+    warm = source[:200]                       # first calls pay one-time allocation costs
+    evaluate_nll(model, warm, config.train.bptt)
+    cache.cache_nll(model, warm, cache_settings)
+    rates = {"plain": tokens / timed(lambda: evaluate_nll(model, source, config.train.bptt), device),
+             "plain_5000": tokens / timed(lambda: evaluate_nll(model, source, 5000), device),
+             "cache": tokens / timed(lambda: cache.cache_nll(model, source, cache_settings), device)}
+    statistics = []
+    ms_seconds = timed(lambda: statistics.append(
+        dynamic_eval.gradient_statistics(model, corpus.train, dynamic_settings)), device)
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics[0], dynamic_settings)
+    rates["dynamic"] = tokens / timed(lambda: evaluator.nll(source), device)
+    evaluator.reset()
+
+    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+          f"{config.head_name} on {config.data.dataset}, {tokens:,} test tokens at batch size 1")
+    for name, rate in rates.items():
+        print(f"{name:10s} {rate:9,.0f} tokens/s   {rate / rates['plain']:6.3f}x plain")
+    per_batch = ms_seconds / args.ms_batches
+    full = dynamic_eval.training_batches(corpus.train, dataclasses.replace(dynamic_settings, ms_batches=None))
+    print(f"gradient statistics: {per_batch * 1e3:.1f} ms per training batch of "
+          f"{dynamic_settings.ms_batch_size} x {dynamic_settings.bptt}; the whole training split "
+          f"({full:,} batches) about {per_batch * full / 60:.1f} min")
+    print(json.dumps({**{f"{k}_tokens_per_s": round(v, 1) for k, v in rates.items()},
+                      "ms_seconds_per_batch": round(per_batch, 4), "ms_batches_full": full}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The continuous cache ([Cache]: Grave, Joulin, Usunier, ICLR 2017), as evaluation method.
+
+At position t, with h_t the last LSTM layer's output (eval mode) and the model's p_model(w):
+
+    p(w) = (1 - lambda) p_model(w) + lambda p_cache(w)
+    p_cache(w) = sum_{i in W(t), y_i = w} exp(theta <h_t, h_i>) / sum_{i in W(t)} exp(theta <h_t, h_i>)
+
+W(t) holds the last `window` positions strictly before t, y_i the word that followed position i.
+Only the target's probability is needed, so every head works through its targets'
+log-probabilities (no V-sized distribution is formed). Everything is in log space:
+log p = logsumexp(log(1 - lambda) + log p_model, log lambda + log p_cache), with log p_cache a
+difference of two logsumexps of theta <h_t, h_i>, so no probability underflows.
+
+The start of a text: W(t) holds the min(t, window) positions there are, and at the first
+position, where it is empty, p = p_model. This follows the definition above. AWD-LSTM's
+pointer.py differs: it mixes in the cache only once a whole window of history exists (before
+that, p = p_model). The two differ on the first `window` positions of a split only (500 of PTB's
+82,430 test tokens).
+
+The text is read at batch size 1 in chunks of `bptt` positions, the hidden state carried, and the
+(h_i, y_i) of the last `window` positions are carried from chunk to chunk: the chunk length
+changes memory and speed, not the result. No more than `window` past states are kept.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from .evaluation import iterate_chunks, mean_nll
+
+# Rows of a chunk scored at once; each block looks at window + ROW_BLOCK keys at most.
+ROW_BLOCK = 512
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    window: int
+    theta: float
+    lam: float            # lambda, the cache's weight in the mixture
+    bptt: int = 5000      # positions per forward pass (the original's chunk length)
+
+    def __post_init__(self):
+        for name, value, ok, expected in (
+                ("window", self.window, self.window >= 1, "an integer >= 1"),
+                ("theta", self.theta, math.isfinite(self.theta) and self.theta >= 0, "a finite number >= 0"),
+                # lambda = 1 would leave p_cache alone: p = 0 for every word not in the window.
+                ("lambda", self.lam, 0 <= self.lam < 1, "a number in [0, 1)"),
+                ("bptt", self.bptt, self.bptt >= 1, "an integer >= 1")):
+            if not ok:
+                raise ValueError(f"--cache-{name}: expected {expected}, got {value}")
+
+
+# [Cache] and AWD-LSTM's settings for each dataset (AWD-LSTM after finetuning, valid / test:
+# PTB 53.2 / 52.5, WikiText-2 52.2 / 50.6).
+PUBLISHED = {"ptb": CacheSettings(window=500, theta=1.0, lam=0.1),
+             "wikitext-2": CacheSettings(window=3785, theta=0.662, lam=0.1279)}
+
+
+def mix(log_p_model: torch.Tensor, log_p_cache: torch.Tensor, lam: float) -> torch.Tensor:
+    """log((1 - lambda) p_model + lambda p_cache), elementwise; -inf in log_p_cache is p = 0."""
+    if lam == 0:
+        return log_p_model
+    terms = torch.stack([log_p_model + math.log1p(-lam), log_p_cache + math.log(lam)])
+    return torch.logsumexp(terms, dim=0)
+
+
+def cache_log_probs(scores: torch.Tensor, allowed: torch.Tensor, matches: torch.Tensor) -> torch.Tensor:
+    """log p_cache(y_t) per row: scores (T, N) = theta <h_t, h_j>, allowed (T, N) marks j in W(t),
+    matches (T, N) marks y_j = y_t. -inf where no j in W(t) had y_t next (p_cache = 0)."""
+    minus_inf = scores.new_tensor(-math.inf)
+    normaliser = torch.logsumexp(torch.where(allowed, scores, minus_inf), dim=1)
+    return torch.logsumexp(torch.where(allowed & matches, scores, minus_inf), dim=1) - normaliser
+
+
+class _History:
+    """The last `window` (h_i, y_i, position i) of the text read so far."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.hidden = self.targets = self.positions = None
+
+    def extend(self, hidden: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor):
+        """The keys the chunk's rows may look at (the history, then the chunk) and how many of
+        them are history; the history then keeps the last `window` of them."""
+        if self.hidden is None:
+            keys, before = (hidden, targets, positions), 0
+        else:
+            keys = (torch.cat([self.hidden, hidden]), torch.cat([self.targets, targets]),
+                    torch.cat([self.positions, positions]))
+            before = self.hidden.size(0)
+        self.hidden, self.targets, self.positions = (k[-self.window:] for k in keys)
+        return keys, before
+
+
+@torch.no_grad()
+def chunk_log_probs(model, source: torch.Tensor, window: int, thetas: Sequence[float],
+                    lambdas: Sequence[float], bptt: int) -> Iterator[torch.Tensor]:
+    """log p(target) under the cache mixture for every (theta, lambda) pair, chunk by chunk of a
+    batch-size-1 split: float64 tensors (len(thetas), len(lambdas), chunk length). One pass of
+    the model serves every pair (the history does not depend on them)."""
+    if source.size(1) != 1:
+        raise ValueError("the cache reads the text at batch size 1")
+    history = _History(window)
+    start = 0
+    for out, targets in iterate_chunks(model, source, bptt, targets_only=True):
+        hidden = out.last_raw_output[:, 0]                 # the last LSTM layer, before any dropout
+        targets, log_p_model = targets[:, 0], out.target_log_probs[:, 0]
+        length = targets.numel()
+        positions = torch.arange(start, start + length, device=targets.device)
+        (keys, key_targets, key_positions), before = history.extend(hidden, targets, positions)
+        chunk = torch.empty(len(thetas), len(lambdas), length, dtype=torch.float64, device=targets.device)
+        for first in range(0, length, ROW_BLOCK):
+            rows = slice(first, min(first + ROW_BLOCK, length))
+            # Row r is key number before + r and sees the `window` keys just before it, so the
+            # rows first..last see no key outside before + first - window .. before + last - 1.
+            near = slice(max(0, before + rows.start - window), before + rows.stop - 1)
+            gaps = positions[rows, None] - key_positions[None, near]            # t - i
+            allowed = (gaps >= 1) & (gaps <= window)
+            matches = key_targets[None, near] == targets[rows, None]
+            dots = hidden[rows] @ keys[near].t()
+            has_history = allowed.any(dim=1)
+            model_part = log_p_model[rows].double()
+            for a, theta in enumerate(thetas):
+                log_p_cache = cache_log_probs(theta * dots, allowed, matches).double()
+                for b, lam in enumerate(lambdas):
+                    mixed = mix(model_part, log_p_cache, lam)
+                    chunk[a, b, rows] = torch.where(has_history, mixed, model_part)
+        yield chunk
+        start += length
+
+
+def cache_nll(model, source: torch.Tensor, settings: CacheSettings, progress=None) -> float:
+    """Mean negative log-likelihood per token (nats) of a batch-size-1 split with the cache."""
+    chunks = chunk_log_probs(model, source, settings.window, [settings.theta], [settings.lam], settings.bptt)
+    return mean_nll((chunk[0, 0] for chunk in chunks), progress)
+
+
+# The grid of --cache-search, around the published values (which it contains).
+SEARCH_THETAS = (0.1, 0.25, 0.5, 0.662, 0.75, 1.0, 1.25, 1.5)
+SEARCH_LAMBDAS = (0.05, 0.1, 0.1279, 0.15, 0.2, 0.25, 0.3)
+
+
+def search(model, source: torch.Tensor, window: int, bptt: int, thetas: Sequence[float] = SEARCH_THETAS,
+           lambdas: Sequence[float] = SEARCH_LAMBDAS, progress=None) -> tuple[CacheSettings, torch.Tensor]:
+    """The (theta, lambda) of the grid with the lowest NLL on `source` (the validation split, as
+    the papers tuned them), and the grid's mean NLLs (len(thetas), len(lambdas))."""
+    total, count = 0.0, 0
+    for chunk in chunk_log_probs(model, source, window, thetas, lambdas, bptt):
+        total = total - chunk.sum(dim=2)
+        count += chunk.size(2)
+        if progress is not None:
+            progress.update(chunk.size(2))
+    nll = total / count
+    a, b = divmod(int(torch.argmin(nll)), len(lambdas))
+    return CacheSettings(window, thetas[a], lambdas[b], bptt), nll

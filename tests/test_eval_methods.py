@@ -1,0 +1,334 @@
+"""The neural cache and dynamic evaluation (experiment/cache.py, experiment/dynamic_eval.py) and
+evaluate.py's --cache / --dynamic: the definitions against direct computations, the limits that
+must give plain evaluation exactly, the effect on a repeated text, every head, the command line."""
+from __future__ import annotations
+
+import json
+import math
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+
+import evaluate
+from data import load_corpus
+from data.batching import batchify
+from experiment import cache, dynamic_eval
+from experiment.config import load_config
+from experiment.evaluation import evaluate_nll, iterate_chunks
+from experiment.loading import load_trained
+from model import build_model
+from model.heads import HEADS
+from tests.conftest import TINY, head_overrides
+
+CPU = torch.device("cpu")
+
+
+def plain_log_probs(model, source, bptt: int) -> torch.Tensor:
+    """log p(target) of every position, as plain evaluation computes them (float64, in order)."""
+    return torch.cat([out.target_log_probs.double().flatten()
+                      for out, _ in iterate_chunks(model, source, bptt, targets_only=True)])
+
+
+def with_cache(model, source, window: int, thetas, lambdas, bptt: int) -> torch.Tensor:
+    """log p(target) of every position with the cache, (len(thetas), len(lambdas), positions)."""
+    return torch.cat(list(cache.chunk_log_probs(model, source, window, thetas, lambdas, bptt)), dim=2)
+
+
+def dynamic_log_probs(evaluator, source) -> torch.Tensor:
+    """log p(target) of every position under dynamic evaluation (float64, in order)."""
+    return torch.cat([log_p.double().flatten() for log_p in evaluator.segment_log_probs(source)])
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_run):
+    return load_trained(tiny_run, CPU)
+
+
+def repeated_text(corpus, length: int = 120) -> torch.Tensor:
+    """A text that is a segment of the test split followed by the same segment again."""
+    segment = corpus.test[:length]
+    return batchify(torch.cat([segment, segment]), 1)
+
+
+# ---------------------------------------------------------------------- the cache's definition
+
+def test_log_space_mixture_equals_a_direct_float64_computation():
+    """p = (1 - lambda) p_model + lambda sum_{i: y_i = y} exp(theta h.h_i) / sum_i exp(theta h.h_i)."""
+    h_t = np.array([0.3, -0.8, 0.5])
+    history = np.array([[0.1, 0.2, -0.3], [0.9, -0.7, 0.4], [-0.5, 0.5, 0.5], [0.3, -0.8, 0.6]])
+    next_words = np.array([7, 2, 7, 4])
+    theta, lam, p_model = 1.7, 0.25, 0.013
+    for target in (7, 4, 9):                     # twice in the cache, once, never
+        weights = np.exp(theta * history @ h_t)
+        p_cache = weights[next_words == target].sum() / weights.sum()
+        expected = math.log((1 - lam) * p_model + lam * p_cache)
+        scores = torch.tensor(theta * history @ h_t)[None]                    # float64
+        allowed = torch.ones(1, 4, dtype=torch.bool)
+        matches = torch.tensor(next_words == target)[None]
+        log_p_cache = cache.cache_log_probs(scores, allowed, matches)
+        got = cache.mix(torch.tensor([math.log(p_model)], dtype=torch.float64), log_p_cache, lam)
+        assert got.item() == pytest.approx(expected, rel=1e-13, abs=1e-13)
+
+
+def test_the_mixture_does_not_underflow_where_probabilities_would():
+    scores = torch.tensor([[-2000.0, -2001.0, -2010.0]], dtype=torch.float64)   # exp() is 0 here
+    allowed = torch.ones(1, 3, dtype=torch.bool)
+    matches = torch.tensor([[False, True, False]])
+    log_p_cache = cache.cache_log_probs(scores, allowed, matches)
+    expected = -1.0 - math.log(1 + math.exp(-1) + math.exp(-10))     # by hand, shifted
+    assert log_p_cache.item() == pytest.approx(expected, rel=1e-12)
+    log_p = cache.mix(torch.tensor([-900.0], dtype=torch.float64), log_p_cache, 0.1)
+    assert math.isfinite(log_p.item()) and log_p.item() == pytest.approx(math.log(0.1) + expected)
+
+
+class FakeOutput(NamedTuple):
+    target_log_probs: torch.Tensor
+    last_raw_output: torch.Tensor
+    hidden: list
+
+
+class FakeModel:
+    """h_t = a fixed vector per input word, p_model = 1/V: the cache's arithmetic alone."""
+
+    def __init__(self, vocab: int = 6, size: int = 3):
+        self.vectors = torch.randn(vocab, size, generator=torch.Generator().manual_seed(0),
+                                   dtype=torch.float64)
+        self.vocab = vocab
+
+    def eval(self):
+        return self
+
+    def init_hidden(self, batch_size):
+        return [(torch.zeros(1), torch.zeros(1))]
+
+    def __call__(self, inputs, hidden, targets):
+        log_p = torch.full(targets.shape, -math.log(self.vocab), dtype=torch.float64)
+        return FakeOutput(log_p, self.vectors[inputs], hidden)
+
+
+@pytest.mark.parametrize("row_block", [cache.ROW_BLOCK, 2])
+def test_window_and_chunks_follow_the_definition_position_by_position(row_block, monkeypatch):
+    """Across chunk boundaries (bptt 3) and row blocks with a window of 4: the previous `window`
+    positions only, fewer at the start, none at the first position, computed directly in
+    float64; no more than `window` past states are kept between chunks."""
+    monkeypatch.setattr(cache, "ROW_BLOCK", row_block)
+    kept, extend = [], cache._History.extend
+
+    def recording_extend(history, *args):
+        keys = extend(history, *args)
+        kept.append(history.hidden.size(0))
+        return keys
+
+    monkeypatch.setattr(cache._History, "extend", recording_extend)
+    model = FakeModel()
+    ids = torch.randint(model.vocab, (30,), generator=torch.Generator().manual_seed(1))
+    theta, lam, window = 0.8, 0.3, 4
+    got = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=3)[0, 0]
+    assert max(kept) == window
+    h = model.vectors[ids[:-1]].numpy()
+    y = ids[1:].numpy()
+    expected = []
+    for t in range(len(y)):
+        past = range(max(0, t - window), t)
+        p = 1 / model.vocab
+        if t > 0:
+            weights = np.array([math.exp(theta * h[t] @ h[i]) for i in past])
+            p_cache = sum(w for w, i in zip(weights, past) if y[i] == y[t]) / weights.sum()
+            p = (1 - lam) * p + lam * p_cache
+        expected.append(math.log(p))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    # The chunk length changes nothing, and the grid evaluates every pair in one pass.
+    torch.testing.assert_close(with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=50)[0, 0], got)
+    grid = with_cache(model, batchify(ids, 1), window, [0.1, theta], [lam, 0.5], bptt=3)
+    torch.testing.assert_close(grid[1, 0], got)
+
+
+# ---------------------------------------------------------------------- limits and effects
+
+def test_cache_with_lambda_zero_is_plain_evaluation_exactly(trained):
+    source = batchify(trained.corpus.test, 1)
+    plain = plain_log_probs(trained.model, source, bptt=40)
+    assert torch.equal(with_cache(trained.model, source, 50, [1.0], [0.0], bptt=40)[0, 0], plain)
+    settings = cache.CacheSettings(window=50, theta=1.0, lam=0.0, bptt=40)
+    assert cache.cache_nll(trained.model, source, settings) == evaluate_nll(trained.model, source, 40)
+
+
+def test_the_cache_lowers_the_perplexity_of_a_repeated_text(trained):
+    source = repeated_text(trained.corpus)
+    half = (source.size(0) - 1) // 2
+    plain = plain_log_probs(trained.model, source, bptt=70)
+    cached = with_cache(trained.model, source, 500, [1.0], [0.1], bptt=70)[0, 0]
+    repeat = slice(half + 1, None)
+    assert -cached[repeat].mean() < -plain[repeat].mean() - 0.05
+
+
+def gradient_statistics(run, settings):
+    return dynamic_eval.gradient_statistics(run.model, run.corpus.train, settings)
+
+
+def test_gradient_statistics_are_root_sum_squares_over_training_batches(trained):
+    """S = sqrt(sum_b g_b^2) of each batch's mean-NLL gradient, eval mode, hidden state carried;
+    and the settings in the paper's units: eta = lr / sqrt(N_b), eps = eps / sqrt(N_b), lambda / K."""
+    settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=5,
+                                            ms_batch_size=4, ms_batches=3)
+    statistics = gradient_statistics(trained, settings)
+    model = trained.model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    data = batchify(trained.corpus.train, 4)
+    hidden, squares = model.init_hidden(4), [torch.zeros_like(p) for p in params]
+    for b in range(3):
+        out = model(data[5 * b:5 * b + 5], hidden, data[5 * b + 1:5 * b + 6])
+        hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
+        for total, g in zip(squares, torch.autograd.grad(-out.target_log_probs.mean(), params)):
+            total += g * g
+    assert statistics.batches == 3
+    for got, total in zip(statistics.root_sum_squares, squares):
+        torch.testing.assert_close(got, total.sqrt())
+    units = dynamic_eval.paper_units(settings, statistics)
+    assert units["eta"] == pytest.approx(0.002 / math.sqrt(3))
+    assert units["epsilon"] == pytest.approx(0.001 / math.sqrt(3))
+    assert units["lambda"] == pytest.approx(0.075 / len(params)) and units["parameter_tensors"] == len(params)
+
+
+def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
+    settings = dynamic_eval.DynamicSettings(lr=0.0, lam=0.075, epsilon=0.001, bptt=5, ms_batches=3)
+    evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
+    source = batchify(trained.corpus.test, 1)
+    assert torch.equal(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5))
+    assert evaluator.nll(source) == evaluate_nll(trained.model, source, 5)
+
+
+def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(trained):
+    settings = dynamic_eval.DynamicSettings(lr=0.02, lam=0.0, epsilon=0.001, bptt=5, ms_batches=10)
+    evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
+    source = repeated_text(trained.corpus)
+    half = (source.size(0) - 1) // 2
+    dynamic = dynamic_log_probs(evaluator, source)
+    evaluator.reset()
+    plain = plain_log_probs(trained.model, source, bptt=5)
+    gain_first = (dynamic[:half] - plain[:half]).mean()
+    gain_second = (dynamic[half + 1:] - plain[half + 1:]).mean()
+    assert gain_second > gain_first and gain_second > 0.05
+
+
+def test_the_update_rule_step_by_step(trained):
+    """Two segments, S = sqrt(sum_b g_b^2): theta_1 = theta_0 - lr g_1 / (S + eps); theta_2 =
+    theta_1 - lr g_2 / (S + eps) + min(lambda S / sum_k mean(S_k), 1) (theta_0 - theta_1), with
+    g_2 at theta_1 (the published units; see experiment/dynamic_eval.py)."""
+    settings = dynamic_eval.DynamicSettings(lr=0.01, lam=0.3, epsilon=0.001, bptt=5, ms_batches=2)
+    model = trained.model
+    statistics = gradient_statistics(trained, settings)
+    rms = statistics.root_sum_squares
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics, settings)
+    params = evaluator.params
+    source = batchify(trained.corpus.test[:11], 1)          # exactly two segments of 5
+    theta0 = [p.detach().clone() for p in params]
+    dynamic_log_probs(evaluator, source)
+    after = [p.detach().clone() for p in params]
+    evaluator.reset()
+    scale = sum(r.mean() for r in rms)                       # over the K parameter tensors
+    # By hand, with plain autograd.
+    hidden = model.init_hidden(1)
+    expected = [p.clone() for p in theta0]
+    for segment in range(2):
+        with torch.no_grad():
+            for p, value in zip(params, expected):
+                p.copy_(value)
+        inputs, targets = source[segment * 5:segment * 5 + 5], source[segment * 5 + 1:segment * 5 + 6]
+        out = model(inputs, hidden, targets)
+        hidden = [(h.detach(), c.detach()) for h, c in out.hidden]
+        grads = torch.autograd.grad(-out.target_log_probs.mean(), params)
+        expected = [value - settings.lr * g / (r + settings.epsilon)
+                    + torch.clamp(settings.lam * r / scale, max=1) * (t0 - value)
+                    for value, g, r, t0 in zip(expected, grads, rms, theta0)]
+    evaluator.reset()
+    for got, want in zip(after, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    assert any(not torch.equal(a, t0) for a, t0 in zip(after, theta0))
+
+
+# ---------------------------------------------------------------------- every head
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_every_head_works_with_both_methods(name, small_data):
+    config = load_config(f"configs/ptb/{name}.yaml", [f"data.data_dir={small_data}", *TINY,
+                                                      *head_overrides(name)])
+    corpus = load_corpus("ptb", small_data, allow_modified=True)
+    torch.manual_seed(0)
+    model = build_model(config, corpus.vocab_size).eval()
+    source = batchify(corpus.test[:60], 1)
+    out = model(source[:5], model.init_hidden(1))      # in eval mode the head sees the cache's h
+    assert torch.equal(out.dropped_output, out.last_raw_output)
+    plain = plain_log_probs(model, source, bptt=20)
+    assert torch.equal(with_cache(model, source, 30, [1.0], [0.0], 20)[0, 0], plain)
+    cached = with_cache(model, source, 30, [1.0], [0.2], 20)[0, 0]
+    assert torch.isfinite(cached).all() and not torch.equal(cached, plain)
+    settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=20, ms_batches=2)
+    statistics = dynamic_eval.gradient_statistics(model, corpus.train, settings)
+    evaluator = dynamic_eval.DynamicEvaluator(model, statistics, settings)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    dynamic = dynamic_log_probs(evaluator, source)
+    assert torch.isfinite(dynamic).all()
+    assert torch.equal(dynamic[:20], plain[:20])          # the first segment is scored before any step
+    assert not torch.equal(dynamic, plain)
+    evaluator.reset()
+    for key, value in model.state_dict().items():         # the trained weights back, buffers untouched
+        assert torch.equal(value, before[key]), key
+
+
+# ---------------------------------------------------------------------- the command line
+
+def test_evaluate_cache_and_dynamic_from_the_command_line(tiny_run, capsys):
+    checkpoint = tiny_run / "best.pt"
+    saved = checkpoint.read_bytes()
+    assert evaluate.main([str(tiny_run), "--json", "--test-batch-size", "1", "--valid-batch-size", "1"]) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-lambda", "0", "--cache-bptt", "70", "--json"]) == 0
+    zero = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert zero["method"] == "cache" and zero["settings"] == {"window": 500, "theta": 1.0, "lam": 0.0, "bptt": 70}
+    for split in ("val", "test"):
+        assert zero[f"{split}_ppl"] == pytest.approx(plain[f"{split}_ppl"], rel=1e-12)
+    assert evaluate.main([str(tiny_run), "--cache", "--json"]) == 0
+    published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert published["settings"] == {"window": 500, "theta": 1.0, "lam": 0.1, "bptt": 5000}
+    assert json.loads((tiny_run / "eval_best_cache.json").read_text()) == published
+    assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-ms-batches", "3", "--json"]) == 0
+    dynamic = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert dynamic["method"] == "dynamic" and dynamic["settings"]["lam"] == 0.075
+    assert json.loads((tiny_run / "eval_best_dynamic.json").read_text()) == dynamic
+    assert checkpoint.read_bytes() == saved                  # the checkpoint is never written
+    assert evaluate.main([str(tiny_run), "--cache-search", "--json"]) == 0
+    out = capsys.readouterr().out
+    searched = json.loads(out.strip().splitlines()[-1])
+    grid = np.array(searched["search"]["val_ppl"])
+    assert grid.shape == (len(cache.SEARCH_THETAS), len(cache.SEARCH_LAMBDAS))
+    assert searched["val_ppl"] == pytest.approx(grid.min(), rel=1e-4)
+    chosen = (cache.SEARCH_THETAS.index(searched["settings"]["theta"]),
+              cache.SEARCH_LAMBDAS.index(searched["settings"]["lam"]))
+    assert grid[chosen] == pytest.approx(grid.min(), rel=1e-6)      # the pair with the lowest ppl
+    assert "cache search on the validation split" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache", "--cache-window", "0"], "--cache-window: expected an integer >= 1, got 0"),
+    (["--cache", "--cache-lambda", "1"], "--cache-lambda: expected a number in [0, 1), got 1.0"),
+    (["--dynamic", "--dynamic-lr", "-0.1"], "--dynamic-lr: expected a finite number >= 0, got -0.1"),
+    (["--dynamic", "--dynamic-epsilon", "0"], "--dynamic-epsilon: expected a number > 0, got 0.0"),
+])
+def test_bad_settings_are_one_line(tiny_run, argv, message, capsys):
+    assert evaluate.main([str(tiny_run), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {message}"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache-window", "10"], "--cache-window belongs to --cache"),
+    (["--cache", "--dynamic"], "two methods"),
+    (["--dynamic", "--test-batch-size", "4"], "batch size 1"),
+])
+def test_options_that_do_not_fit_are_refused(tiny_run, argv, message, capsys):
+    with pytest.raises(SystemExit):
+        evaluate.main([str(tiny_run), *argv])
+    assert message in capsys.readouterr().err
