@@ -45,7 +45,7 @@ from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD
 from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
-from experiment.distributed import DistributedError, World
+from experiment.distributed import DistributedError, World, exit_process
 from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
@@ -721,4 +721,4 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import TrainerStep, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
 from experiment.config import load_config  # noqa: E402
-from experiment.distributed import World  # noqa: E402
+from experiment.distributed import World, exit_process  # noqa: E402
 
 TINY = ["model.emsize=64", "model.nhid=128", "model.nhidlast=64", "train.batch_size=8", "train.bptt=35"]
 
@@ -188,3 +188,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)

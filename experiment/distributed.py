@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,21 @@ LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 class DistributedError(Exception):
     """The processes of a run cannot work together; str(error) is one line."""
+
+
+def exit_process(code: int):
+    """sys.exit(code); in a process started by torchrun, os._exit(code) once the output is flushed.
+
+    DDP's reducer holds the process group until the process ends, so gloo's worker threads outlive
+    destroy_process_group; one that releases a finished collective's tensors while the interpreter
+    is finalizing needs the GIL and aborts the process ("terminate called without an active
+    exception", SIGABRT, in about one run in ten here; pytorch/pytorch#179291). Everything the
+    run writes is closed by then, so the finalization is skipped."""
+    if not any(name in os.environ for name in LAUNCH_VARIABLES):
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def rank_seed(seed: int, rank: int) -> int:
