@@ -580,7 +580,7 @@ class RunRefused(Exception):
     """A failure of some rank before training, raised on every rank (rank 0 reports it)."""
 
 
-SETUP_ERRORS = (ConfigError, CheckpointError, DataError, RunDirectoryError, DistributedError)
+SETUP_ERRORS = (ConfigError, CheckpointError, DataError, RunDirectoryError)
 
 
 def on_every_rank(world: World, step, *args):

@@ -11,9 +11,10 @@ The maths (train.py's docstring has the step): the batch's columns are cut into 
 blocks and rank r trains block r, with its own carried hidden states and its own dropout masks
 (its random numbers come from a stream derived from the seed and the rank). Every chunk's loss is
 weighted by the chunk's share of the whole batch, as in one process, and DDP sums the ranks'
-gradients (`sum_in_rank_order`, not DDP's average), so every rank then holds the gradient the
-single-process run with small_batch_size = batch_size / size would have: the clipping, weight
-decay and (averaged) SGD step that follow are the same on every rank.
+gradients (`sum_in_rank_order`, not DDP's average), so every rank then holds the gradient of the
+whole batch (without dropout, exactly that of the single-process run with small_batch_size =
+batch_size / size): the clipping, weight decay and (averaged) SGD step that follow are the same
+on every rank.
 
 Two process groups: the default one (gloo, on the CPU) carries the control messages (errors at
 start-up, the stop signal, the validation loss, the states rank 0 saves) and exists before the
