@@ -85,16 +85,22 @@ def uninterrupted(small_data, tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------------- the maths
 
-def test_two_processes_without_dropout_train_as_one_with_half_batches(small_data, tmp_path, capsys):
+@pytest.mark.parametrize("ddp_chunks, single_chunks", [
+    ([], ["train.small_batch_size=2"]),                                  # a forward per rank
+    (["train.small_batch_size=1"], ["train.small_batch_size=1"]),        # two per rank (no_sync)
+])
+def test_two_processes_without_dropout_train_as_one_with_half_batches(
+        ddp_chunks, single_chunks, small_data, tmp_path, capsys):
     """torchrun --nproc_per_node 2 == one process with small_batch_size = batch_size / 2: each
-    rank's block of columns is one of the single process's chunks, with the same weight."""
+    rank's block of columns is one of the single process's chunks, with the same weight (and
+    a rank's block cut by small_batch_size is cut as the single process cuts the batch)."""
     ddp_dir, single_dir = tmp_path / "ddp", tmp_path / "single"
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "train.py", *train_args(small_data, ddp_dir, *NO_DROPOUT, "run.tensorboard=true")],
+         "train.py", *train_args(small_data, ddp_dir, *NO_DROPOUT, *ddp_chunks, "run.tensorboard=true")],
         cwd=REPO, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert train.main(train_args(small_data, single_dir, *NO_DROPOUT, "train.small_batch_size=2")) == 0
+    assert train.main(train_args(small_data, single_dir, *NO_DROPOUT, *single_chunks)) == 0
     capsys.readouterr()
 
     ddp, single = model_tensors(ddp_dir / "last.pt"), model_tensors(single_dir / "last.pt")
