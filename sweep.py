@@ -8,6 +8,7 @@ own directory.
     python sweep.py configs/ptb/gss.yaml --grid head.c=-1.5,-1,0 --grid head.k=2,2.5,3 --out runs/gss
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
+    python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 runs at a time a GPU
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
         --sbatch=--gres=gpu:1 --submit
 
@@ -51,9 +52,12 @@ def parse_args(argv=None):
     parser.add_argument("--rank-args", default="", metavar="ARGS",
                         help='options for rank.py, e.g. --rank-args="--contexts 33320"')
     parser.add_argument("--mode", choices=("local", "gpus", "slurm"), default="local",
-                        help="local: one run after another; gpus: one run per local GPU in parallel; "
+                        help="local: one run after another; gpus: runs on the local GPUs in parallel "
+                             "(--runs-per-gpu at a time on each); "
                              "slurm: write (and with --submit submit) an sbatch job array")
     parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
+    parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
+                        help="gpus mode: keep K runs at a time on each GPU (default 1)")
     parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                         help="slurm mode: an #SBATCH line, e.g. --sbatch=--time=48:00:00 (repeatable)")
     parser.add_argument("--array-limit", type=int, help="slurm mode: at most this many tasks at once")
@@ -71,8 +75,8 @@ def parse_args(argv=None):
             parser.error(f"--seeds: expected integers ({e})")
     if args.mode != "slurm" and (args.submit or args.sbatch or args.array_limit):
         parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
-    if args.mode != "gpus" and args.gpus:
-        parser.error("--gpus belongs to --mode gpus")
+    if args.mode != "gpus" and (args.gpus or args.runs_per_gpu != 1):
+        parser.error("--gpus and --runs-per-gpu belong to --mode gpus")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
     if args.limit is not None and args.limit < 1:
@@ -180,7 +184,7 @@ def main(argv=None) -> int:
             return 0
         if args.mode == "gpus":
             gpus = args.gpus.split(",") if args.gpus else visible_gpus()
-            outcomes = sweep_gpus(runs, gpus)
+            outcomes = sweep_gpus(runs, gpus, args.runs_per_gpu)
         else:
             outcomes = sweep_local(runs)
     except (LaunchError, ConfigError) as e:

@@ -5,6 +5,7 @@
     python train.py configs/ptb/softmax.yaml --dry-run          # resolved config + param count
     python train.py --resume runs/x                             # continue an interrupted run
     python train.py --finetune runs/x                           # AWD-LSTM's second stage
+    torchrun --nproc_per_node 4 train.py configs/wt2/mos.yaml   # one run on 4 GPUs (DDP)
 
 One optimizer step:
   1. draw seq_len (variable BPTT) and scale every param group's lr by seq_len / bptt;
@@ -15,17 +16,25 @@ One optimizer step:
      anything is saved) if the loss, the gradient norm or any weight is non-finite.
 One epoch: steps over the whole training stream, then validation (on the averaged weights
 once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last.pt.
+
+Under torchrun (experiment/distributed.py) each of N processes owns an equal block of the batch's
+columns and cuts it into chunks of `small_batch_size`; each chunk's loss keeps its weight, its
+share of the whole batch, and the gradients are summed across processes before step 3, which
+every process then takes alike. Rank 0 validates and writes the run directory.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
+import re
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -36,8 +45,9 @@ from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD
 from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
+from experiment.distributed import DistributedError, World, exit_process
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import select_device, set_float32_precision
+from experiment.loading import set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 from launch.runs import run_name
@@ -81,6 +91,12 @@ def extremes(tensors) -> torch.Tensor:
     return torch.stack([value for t in tensors for value in torch.aminmax(t.detach())])
 
 
+def resume_command(run_dir: Path, world: World) -> str:
+    if not world.distributed:
+        return f"python train.py --resume {run_dir}"
+    return f"torchrun (with {world.size} processes in all) train.py --resume {run_dir}"
+
+
 def describe_last_checkpoint(run_dir: Path) -> str:
     """Which checkpoint a stopped run can be continued from, read from the file itself."""
     path = run_dir / "last.pt"
@@ -98,20 +114,26 @@ def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int
 
 
 class Trainer:
-    def __init__(self, config: Config, model, corpus, run_dir: Path, device: torch.device):
+    def __init__(self, config: Config, model, corpus, run_dir: Path, device: torch.device,
+                 world: World | None = None):
         self.config, self.model, self.run_dir, self.device = config, model, run_dir, device
+        self.world = world = world or World()
         t = config.train
-        self.train_data = batchify(corpus.train, t.batch_size, device)
+        # This process's block of the batch's columns (all of them in a single process).
+        self.train_data = batchify(corpus.train, t.batch_size, device)[:, world.columns(t.batch_size)].contiguous()
         self.val_data = batchify(corpus.valid, t.eval_batch_size, device)
         self.vocab = {"vocab_size": corpus.vocab_size, "vocab_sha256": corpus.vocab_sha256}
-        self.chunks = column_chunks(t.batch_size, config.small_batch_size)
+        self.chunks = column_chunks(self.train_data.size(1), config.small_batch_size)
+        # The same sequence lengths on every rank: the sampler's stream derives from the seed only.
         self.sampler = SequenceLengthSampler(t.bptt, t.max_seq_len_delta, t.seed)
+        self.training_model = world.parallel(model, device)
         averaging_from_start = t.asgd_trigger == "start"
         self.optimizer = self.make_optimizer(AveragedSGD if averaging_from_start else torch.optim.SGD)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # Where training stands, all of it saved in last.pt so a resumed run continues exactly.
         self.progress = TrainingProgress(asgd_start_epoch=1 if averaging_from_start else None)
-        self.stop_signal = None
+        self.signal_received = None    # set by the signal handler
+        self.stop_signal = None        # the signal that stops training, agreed by every rank
         self.writer = None
 
     # ------------------------------------------------------------------ optimizer
@@ -153,16 +175,17 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * seq_len / t.bptt
         inputs, targets = get_batch(self.train_data, p.position, seq_len)
-        self.model.train()
+        self.training_model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = torch.zeros(2, device=self.device)        # (NLL, loss) of the whole batch
+        totals = torch.zeros(2, device=self.device)        # (NLL, loss) of this process's chunks
         for c, (start, end) in enumerate(self.chunks):
-            out = self.model(inputs[:, start:end], detach(p.hidden[c]), targets[:, start:end])
-            p.hidden[c] = out.hidden
-            nll, loss = regularized_loss(out, t.alpha, t.beta)
-            weight = (end - start) / t.batch_size
-            loss = loss * weight
-            loss.backward()
+            with self.world.accumulating(self.training_model, last_chunk=c == len(self.chunks) - 1):
+                out = self.training_model(inputs[:, start:end], detach(p.hidden[c]), targets[:, start:end])
+                p.hidden[c] = out.hidden
+                nll, loss = regularized_loss(out, t.alpha, t.beta)
+                weight = (end - start) / t.batch_size       # the chunk's share of the whole batch
+                loss = loss * weight
+                loss.backward()
             totals += torch.stack([nll.detach() * weight, loss.detach()])
         if t.clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.clip)
@@ -170,15 +193,19 @@ class Trainer:
             grad_norm = global_norm([p.grad for p in self.params if p.grad is not None])
         self.optimizer.step()
         # One device sync per step for every check: a finite loss can still give an infinite
-        # gradient, and a finite gradient times a huge lr can still give infinite weights.
-        checks = torch.cat([totals, grad_norm.reshape(1), extremes(self.params)]).tolist()
+        # gradient, and a finite gradient times a huge lr can still give infinite weights. Under
+        # torchrun the same collective tells every rank the whole batch's loss, any rank's
+        # non-finite value and any rank's stop signal, so all take the same decisions.
+        checks = torch.cat([totals, grad_norm.reshape(1), extremes(self.params)])
+        checks, self.stop_signal = self.world.agree_on_step(checks, self.signal_received)
         step_nll, step_loss, norm = checks[:3]
         if not all(map(math.isfinite, checks)):
             raise TrainingStopped(self.non_finite_message(step_loss, norm), 3)
+        tokens = targets.numel() * self.world.size
         p.step += 1
         p.position += seq_len        # the sampled length, as in the original code
-        p.epoch_nll_sum += step_nll * targets.numel()
-        p.epoch_tokens += targets.numel()
+        p.epoch_nll_sum += step_nll * tokens
+        p.epoch_tokens += tokens
         return step_nll
 
     def non_finite_message(self, loss: float, grad_norm: float) -> str:
@@ -199,7 +226,8 @@ class Trainer:
         if p.hidden is None:
             p.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
         steps = self.train_data.size(0)
-        display = EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2)
+        display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2)
+                   if self.world.is_main else SilentProgress())
         started = time.time()
         try:
             while p.position < steps - 1 - 1:
@@ -227,11 +255,9 @@ class Trainer:
     def end_epoch(self) -> None:
         """Validate, keep the best model, maybe switch to ASGD, log, write last.pt."""
         t, p = self.config.train, self.progress
-        with averaged_weights(self.model, self.optimizer):
-            val_loss = evaluate_nll(self.model, self.val_data, t.bptt)
-            if val_loss < p.best_val:
-                p.best_val = val_loss
-                self.save_best(val_loss)
+        val_loss = self.validate()
+        if val_loss < p.best_val:
+            p.best_val = val_loss
         optimizer_name = "ASGD" if self.averaging else "SGD"
         train_nll = p.epoch_train_nll
         record = {"epoch": p.epoch, "step": p.step, "optimizer": optimizer_name,
@@ -247,10 +273,23 @@ class Trainer:
             p.finished = True             # finetuning's end ([AWD] finetune.py)
             record["early_stop"] = True
         p.val_history.append(val_loss)
-        self.log_epoch(record)
+        if self.world.is_main:
+            self.log_epoch(record)
         p.start_next_epoch()
         p.finished = p.finished or p.epoch > t.epochs
         self.save_last()
+
+    def validate(self) -> float:
+        """The validation loss (of the ASGD averages once ASGD runs), keeping best.pt; under
+        torchrun rank 0 validates while the others wait for its result (the NT-ASGD switch and
+        early stop are decided on every rank from it)."""
+        val_loss = math.nan
+        if self.world.is_main:
+            with averaged_weights(self.model, self.optimizer):
+                val_loss = evaluate_nll(self.model, self.val_data, self.config.train.bptt)
+                if val_loss < self.progress.best_val:
+                    self.save_best(val_loss)
+        return self.world.broadcast(val_loss)
 
     def fit(self) -> None:
         previous_handlers = self.install_signal_handlers()
@@ -259,6 +298,7 @@ class Trainer:
                 if not self.train_epoch():
                     break
                 self.end_epoch()
+                self.stop_signal = self.world.agree_on_signal(self.signal_received)
                 if self.stop_signal:
                     break
         finally:
@@ -267,7 +307,7 @@ class Trainer:
         if self.stop_signal:
             raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
                                   f"{self.progress.step}; saved {self.run_dir / 'last.pt'}; continue with "
-                                  f"python train.py --resume {self.run_dir}", 128 + self.stop_signal)
+                                  f"{resume_command(self.run_dir, self.world)}", 128 + self.stop_signal)
 
     # ------------------------------------------------------------------ feedback
     def scalar(self, name: str, value: float) -> None:
@@ -290,10 +330,14 @@ class Trainer:
         self.scalar("epoch/asgd", float(record["optimizer"] == "ASGD"))
 
     def install_signal_handlers(self) -> dict:
-        """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills."""
+        """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills a
+        single process; under torchrun a signal can come twice (from the scheduler and from
+        torchrun, which passes on what it receives), so it does not: torchrun's SIGKILL after
+        its --shutdown_timeout is the hard stop."""
         def handler(signum, frame):
-            self.stop_signal = signum
-            signal.signal(signum, signal.SIG_DFL)
+            self.signal_received = signum
+            if not self.world.distributed:
+                signal.signal(signum, signal.SIG_DFL)
         return {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     # ------------------------------------------------------------------ checkpoints
@@ -305,20 +349,46 @@ class Trainer:
             "averaged": self.averaging}, self.run_dir / "best.pt")
 
     def save_last(self) -> None:
+        """last.pt, written by rank 0 with every rank's random-number state and hidden states
+        (the hidden states in rank order: those of the single-process run's chunks)."""
+        p = self.progress
+        hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
+        ranks = self.world.gather((checkpoint.rng_state(self.sampler), hidden))
+        if not self.world.is_main:
+            return
+        rngs, hiddens = zip(*ranks)
+        hidden = None if p.hidden is None else [chunk for rank_hidden in hiddens for chunk in rank_hidden]
         checkpoint.save_atomic({
             "format": checkpoint.FORMAT, "kind": "last", "config": self.config.to_dict(),
             **self.vocab, "model": self.model.state_dict(),
             "optimizer": {"averaged": self.averaging, "state": self.optimizer.state_dict()},
-            "progress": self.progress.to_dict(),
-            "rng": checkpoint.rng_state(self.sampler)}, self.run_dir / "last.pt")
+            "progress": dataclasses.replace(p, hidden=hidden).to_dict(),
+            "world_size": self.world.size, "rng": rngs[0], "rng_of_other_ranks": list(rngs[1:])},
+            self.run_dir / "last.pt")
 
     def load_last(self, ckpt: dict, path: Path) -> None:
+        """Continue from last.pt (saved by as many processes as this run has: see
+        check_world_size), each rank with its own random numbers and hidden states."""
         checkpoint.load_model_state(self.model, ckpt["model"], path)
         kind = AveragedSGD if ckpt["optimizer"]["averaged"] else torch.optim.SGD
         self.optimizer = self.make_optimizer(kind)
         self.optimizer.load_state_dict(ckpt["optimizer"]["state"])
         self.progress = TrainingProgress.from_dict(ckpt["progress"], self.device)
-        checkpoint.restore_rng_state(ckpt["rng"], self.sampler)
+        if self.progress.hidden is not None:
+            first = self.world.rank * len(self.chunks)
+            self.progress.hidden = self.progress.hidden[first: first + len(self.chunks)]
+        rngs = [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])]
+        checkpoint.restore_rng_state(rngs[self.world.rank], self.sampler)
+
+
+class SilentProgress:
+    """What the ranks other than 0 show of an epoch: nothing (rank 0 reports for all)."""
+
+    def update(self, step: int, position: int, nll: float) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
 
 
 class averaged_weights:
@@ -449,6 +519,16 @@ def check_same_run(run_dir: Path, ckpt_path: Path, identity: dict) -> None:
                                   f"{saved[key]!r} in {path}: it belongs to another run")
 
 
+def check_world_size(ckpt: dict, world: World, path: Path) -> None:
+    """A last.pt holds the random-number and hidden states of as many processes as trained it."""
+    saved = ckpt.get("world_size", 1)
+    if saved != world.size:
+        raise CheckpointError(f"{path}: saved by {saved} process(es), resumed by {world.size}; "
+                              f"resume it with {saved} (torchrun: --nnodes times --nproc_per_node; "
+                              f"python train.py: 1): each process's random numbers and hidden "
+                              f"states are in the checkpoint")
+
+
 def load_initial_weights(model, path: str, corpus) -> None:
     try:
         init = checkpoint.load(path)
@@ -486,61 +566,127 @@ def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) ->
               f"lines show the real pace; set run.device=cpu to do this on purpose", file=sys.stderr)
 
 
+class PreparedRun(NamedTuple):
+    config: Config
+    run_dir: Path
+    device: torch.device
+    corpus: object
+    model: torch.nn.Module
+    identity: dict
+    resume_ckpt: dict | None
+
+
+class RunRefused(Exception):
+    """A failure of some rank before training, raised on every rank (rank 0 reports it)."""
+
+
+SETUP_ERRORS = (ConfigError, CheckpointError, DataError, RunDirectoryError)
+
+
+def on_every_rank(world: World, step, *args):
+    """step(*args), then RunRefused on every rank if it failed on any (in one process: if it
+    failed), so that no rank goes on to wait for one that has stopped."""
+    try:
+        result, error = step(*args), None
+    except SETUP_ERRORS as e:
+        result, error = None, str(e)
+    error = world.first_error(error)
+    if error is not None:
+        raise RunRefused(error)
+    return result
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with contextlib.ExitStack() as run_dir_lock:      # held until training ends
+    try:
+        world = World.from_environment()
+    except DistributedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as held:     # the other processes and the run directory's lock
         try:
-            # Everything is checked before anything is written into the run directory.
-            if args.resume:
-                run_dir_lock.enter_context(run_to_resume(Path(args.resume)))
-            config, run_dir, resume_ckpt = resolve_run(args)
-            device = select_device(config.run.device)
-            corpus = load_corpus(config.data.dataset, config.data.data_dir,
-                                 allow_modified=config.data.allow_modified_corpus)
-            check_splits(config, corpus)
-            set_float32_precision(config.run.tf32)
-            torch.manual_seed(config.train.seed)
-            model = build_model(config, corpus.vocab_size)
-            identity = run_identity(config, model, corpus)
-            if args.dry_run:
-                print(config.to_yaml(), end="")
-                print(json.dumps({**identity, "device": str(device)}))
+            held.enter_context(world.joined())
+            prepared = on_every_rank(world, prepare_run, args, world, held)
+            if prepared is None:                 # --dry-run
                 return 0
-            if resume_ckpt is None and config.train.init_from:
-                load_initial_weights(model, config.train.init_from, corpus)
-            model.to(device)
-            trainer = Trainer(config, model, corpus, run_dir, device)
-            if resume_ckpt is not None:
-                ckpt_path = run_dir / "last.pt"
-                checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
-                check_same_run(run_dir, ckpt_path, identity)
-                checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path,
-                                        "optimizer state")
-                trainer.load_last(resume_ckpt, ckpt_path)     # shapes and finite weights checked
-            else:
-                run_dir.mkdir(parents=True, exist_ok=True)
-                run_dir_lock.enter_context(RunLock(run_dir))
-                if (run_dir / "last.pt").exists():
-                    raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
-                                            f"train.py --resume {run_dir} or choose another run.dir")
-            keep_epochs(run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
-            write_text_atomic(run_dir / "config.yaml", config.to_yaml())
-            if resume_ckpt is None:
-                write_text_atomic(run_dir / "run.json", json.dumps(
-                    {**identity, "device": str(device), "torch": torch.__version__}, indent=1) + "\n")
-        except (ConfigError, CheckpointError, DataError, RunDirectoryError) as e:
+            trainer = on_every_rank(world, start_trainer, prepared, world)
+        except DistributedError as e:            # this process could not join the others
             print(f"error: {e}", file=sys.stderr)
             return 2
-        return run_training(trainer, config, run_dir, device, resumed=resume_ckpt is not None)
+        except RunRefused as e:
+            if world.is_main:
+                print(f"error: {e}", file=sys.stderr)
+            return 2
+        return run_training(trainer, prepared, world)
 
 
-def run_training(trainer: Trainer, config: Config, run_dir: Path, device: torch.device, resumed: bool) -> int:
-    warn_if_cpu_by_default(config, device, count_parameters(trainer.model))
-    print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
-          f"{count_parameters(trainer.model):,} parameters | device {device}"
-          + (f" | resumed at epoch {trainer.progress.epoch}, step {trainer.progress.step}" if resumed else ""),
-          flush=True)
-    if config.run.tensorboard:
+def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun | None:
+    """The run, checked before anything is written into the run directory (rank 0 takes its
+    lock); None after --dry-run's report."""
+    if args.resume and world.is_main:
+        held.enter_context(run_to_resume(Path(args.resume)))
+    config, run_dir, resume_ckpt = resolve_run(args)
+    device = world.device(config.run.device)
+    corpus = load_corpus(config.data.dataset, config.data.data_dir,
+                         allow_modified=config.data.allow_modified_corpus)
+    check_splits(config, corpus)
+    world.columns(config.train.batch_size)          # an equal share of the batch for each process
+    set_float32_precision(config.run.tf32)
+    torch.manual_seed(config.train.seed)
+    model = build_model(config, corpus.vocab_size)
+    identity = run_identity(config, model, corpus)
+    if args.dry_run:
+        if world.is_main:
+            print(config.to_yaml(), end="")
+            print(json.dumps({**identity, "device": str(device)}))
+        return None
+    if resume_ckpt is None and config.train.init_from:
+        load_initial_weights(model, config.train.init_from, corpus)
+    if resume_ckpt is not None:
+        ckpt_path = run_dir / "last.pt"
+        checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
+        check_same_run(run_dir, ckpt_path, identity)
+        check_world_size(resume_ckpt, world, ckpt_path)
+        checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")
+    elif world.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        held.enter_context(RunLock(run_dir))
+        if (run_dir / "last.pt").exists():
+            raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
+                                    f"train.py --resume {run_dir} or choose another run.dir")
+    return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)
+
+
+def start_trainer(run: PreparedRun, world: World) -> Trainer:
+    """The trainer, joined to the other processes and continued from last.pt when resuming;
+    rank 0 writes config.yaml (and run.json for a new run)."""
+    run.model.to(run.device)
+    world.connect(run.device)
+    world.seed_random_stream(run.config.train.seed)
+    trainer = Trainer(run.config, run.model, run.corpus, run.run_dir, run.device, world)
+    if run.resume_ckpt is not None:
+        trainer.load_last(run.resume_ckpt, run.run_dir / "last.pt")   # shapes and finite weights checked
+    if world.is_main:
+        keep_epochs(run.run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
+        write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())
+        if run.resume_ckpt is None:
+            write_text_atomic(run.run_dir / "run.json", json.dumps(
+                {**run.identity, "device": str(run.device), "world_size": world.size,
+                 "torch": torch.__version__}, indent=1) + "\n")
+    return trainer
+
+
+def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
+    """Train to the end; rank 0 reports (every rank takes the same decisions)."""
+    config, run_dir, device = run.config, run.run_dir, run.device
+    if world.is_main:
+        warn_if_cpu_by_default(config, device, count_parameters(trainer.model))
+        print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
+              f"{count_parameters(trainer.model):,} parameters | device {device}"
+              + (f" | {world.size} processes" if world.distributed else "")
+              + (f" | resumed at epoch {trainer.progress.epoch}, step {trainer.progress.step}"
+                 if run.resume_ckpt is not None else ""), flush=True)
+    if config.run.tensorboard and world.is_main:
         from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
         # purge_step: events logged after last.pt was saved are dropped; they are logged again.
         trainer.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=trainer.progress.step + 1,
@@ -548,19 +694,31 @@ def run_training(trainer: Trainer, config: Config, run_dir: Path, device: torch.
     try:
         trainer.fit()
     except TrainingStopped as e:
-        print(f"stopped: {e}", file=sys.stderr)
+        if world.is_main:
+            print(f"stopped: {e}", file=sys.stderr)
         return e.exit_code
     except (RunDirectoryError, OSError) as e:          # a full disk, a vanished directory
         reason = e if isinstance(e, RunDirectoryError) else f"cannot write into {run_dir} ({e.strerror or e})"
         print(f"error: {reason}; training stopped at step {trainer.progress.step}", file=sys.stderr)
         return 1
+    except RuntimeError as e:
+        if not world.distributed:
+            raise
+        # Another process ended (a crash, a SIGKILL): the collective this one waited in failed.
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first_line = re.sub(r"^\[[^\]]*\]\s*", "", first_line)[:200]     # gloo's [file:line] prefix
+        print(f"error: rank {world.rank} stopped at step {trainer.progress.step} ({first_line}); "
+              f"{describe_last_checkpoint(run_dir)}", file=sys.stderr)
+        return 1
     finally:
         if trainer.writer is not None:
             trainer.writer.close()
-    best = f"best valid ppl {perplexity(trainer.progress.best_val):.2f}" if trainer.progress.val_history else "not validated yet"
-    print(f"done: {trainer.progress.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
+    if world.is_main:
+        best = (f"best valid ppl {perplexity(trainer.progress.best_val):.2f}" if trainer.progress.val_history
+                else "not validated yet")
+        print(f"done: {trainer.progress.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

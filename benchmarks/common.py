@@ -17,13 +17,14 @@ from model import build_model  # noqa: E402
 
 
 class TrainerStep:
-    """train.py's Trainer.train_step for a config, at seq_len = bptt so steps are comparable."""
+    """train.py's Trainer.train_step for a config, at seq_len = bptt so steps are comparable
+    (in a torchrun world: this rank's share of the step)."""
 
-    def __init__(self, config_path: str, corpus, device: torch.device, overrides=()):
+    def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None):
         config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
         torch.manual_seed(0)
         self.model = build_model(config, corpus.vocab_size).to(device)
-        self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device)
+        self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)
         self.trainer.progress.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
         self.trainer.sampler.sample = lambda: config.train.bptt
         self.config = config

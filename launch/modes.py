@@ -1,6 +1,6 @@
 """The ways to run many planned runs, each through `runs.process` (train -> evaluate -> rank):
-one after another in this terminal, one per GPU in parallel (output to DIR/sweep.log), or a
-Slurm job array whose task i runs the i-th planned run.
+one after another in this terminal, K at a time on each GPU in parallel (output to
+DIR/sweep.log), or a Slurm job array whose task i runs the i-th planned run.
 """
 from __future__ import annotations
 
@@ -29,10 +29,14 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str]) -> dict[str, str]:
-    """One worker per GPU, each taking the next waiting run; output goes to DIR/sweep.log."""
+def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: int = 1) -> dict[str, str]:
+    """`runs_per_gpu` workers per GPU, each taking the next waiting run, so that each GPU trains
+    that many runs at a time (a small model leaves most of a big GPU idle:
+    benchmarks/bench_parallel.py measures what several give); output goes to DIR/sweep.log."""
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
+    if runs_per_gpu < 1:
+        raise LaunchError(f"--runs-per-gpu: expected an integer >= 1, got {runs_per_gpu}")
     waiting: queue.Queue = queue.Queue()
     for run in runs:
         waiting.put(run)
@@ -49,7 +53,8 @@ def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str]) -> dict[str, str
             outcomes[str(run.dir)] = outcome
             print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
 
-    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in gpus]
+    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True)
+               for gpu in gpus for _ in range(runs_per_gpu)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -220,6 +220,36 @@ def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypat
     assert all((out / f"ptb-softmax-seed{s}" / "sweep.log").read_text() == "output\n" for s in (1, 2, 3, 4))
 
 
+def test_gpus_mode_keeps_runs_per_gpu_runs_on_each_gpu(overrides, tmp_path, monkeypatch, capsys):
+    busy: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def fake(command, env=None, log=None) -> int:
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            busy[gpu] = busy.get(gpu, 0) + 1
+            peak[gpu] = max(peak.get(gpu, 0), busy[gpu])
+        time.sleep(0.3)                 # long enough for the workers of a GPU to overlap
+        with lock:
+            busy[gpu] -= 1
+        return 0
+
+    monkeypatch.setattr(launch_runs, "run_command", fake)
+    seeds = [str(s) for s in range(1, 8)]
+    assert sweep.main([CONFIG, *overrides, "--seeds", *seeds, "--out", str(tmp_path / "k"),
+                       "--mode", "gpus", "--gpus", "0,1", "--runs-per-gpu", "2"]) == 0
+    assert peak == {"0": 2, "1": 2}          # two at a time on each GPU, never three
+    assert "7 incomplete" in capsys.readouterr().out
+    # --runs-per-gpu belongs to the gpus mode and needs at least one run a GPU
+    with pytest.raises(SystemExit):
+        sweep.parse_args([CONFIG, "--out", "x", "--runs-per-gpu", "2"])
+    assert "belong to --mode gpus" in capsys.readouterr().err
+    assert sweep.main([CONFIG, *overrides, "--out", str(tmp_path / "z"), "--mode", "gpus",
+                       "--gpus", "0", "--runs-per-gpu", "0"]) == 2
+    assert "--runs-per-gpu: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
 def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, monkeypatch):
     out = tmp_path / "slurm"
     args = [CONFIG, *overrides, "--grid", "train.lr=10,20", "--seeds", "1", "2", "3", "--out", str(out),

@@ -1,0 +1,228 @@
+"""train.py under torchrun (DDP) on the CPU: 2 processes with gloo on localhost, tiny models.
+
+Most runs start the ranks the way torchrun does (RANK, LOCAL_RANK, WORLD_SIZE and a rendezvous
+address in the environment of each process), so a test can signal one rank; one test goes
+through torchrun itself (python -m torch.distributed.run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from experiment.distributed import DistributedError, World, rank_seed
+from tests.conftest import TINY
+from tests.test_train import assert_bitwise_equal, metrics, model_tensors, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+PTB = "configs/ptb/softmax.yaml"
+NO_DROPOUT = ["model.dropout=0", "model.dropouth=0", "model.dropouti=0", "model.dropoute=0", "model.wdrop=0"]
+# Two epochs of ~50 steps, ET-ASGD from the second: the runs cross the switch to averaging.
+TWO_EPOCHS = ["train.epochs=2", "train.asgd_trigger=et", "train.asgd_switch_epoch=1"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(args: list[str], n: int = 2) -> list[subprocess.Popen]:
+    """train.py in n processes, as torchrun starts it."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "WORLD_SIZE": str(n), "OMP_NUM_THREADS": "1"}
+    return [subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO,
+                             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in range(n)]
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 180) -> list[tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of every rank."""
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def run_ranks(args: list[str], n: int = 2) -> list[tuple[int, str, str]]:
+    return finish(start_ranks(args, n))
+
+
+def untimed(records: list[dict]) -> list[dict]:
+    return [{key: value for key, value in record.items() if key != "seconds"} for record in records]
+
+
+def train_args(data: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [PTB, f"data.data_dir={data}", *TINY, *TWO_EPOCHS, f"run.dir={run_dir}", *extra]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_data, tmp_path_factory) -> Path:
+    """Two ranks with every dropout on, trained to the end without a stop."""
+    run_dir = tmp_path_factory.mktemp("ddp") / "uninterrupted"
+    results = run_ranks(train_args(small_data, run_dir))
+    assert [code for code, _, _ in results] == [0, 0], results[0][2] + results[1][2]
+    return run_dir
+
+
+# ---------------------------------------------------------------------- the maths
+
+@pytest.mark.parametrize("ddp_chunks, single_chunks", [
+    ([], ["train.small_batch_size=2"]),                                  # a forward per rank
+    (["train.small_batch_size=1"], ["train.small_batch_size=1"]),        # two per rank (no_sync)
+])
+def test_two_processes_without_dropout_train_as_one_with_half_batches(
+        ddp_chunks, single_chunks, small_data, tmp_path, capsys):
+    """torchrun --nproc_per_node 2 == one process with small_batch_size = batch_size / 2: each
+    rank's block of columns is one of the single process's chunks, with the same weight (and
+    a rank's block cut by small_batch_size is cut as the single process cuts the batch)."""
+    ddp_dir, single_dir = tmp_path / "ddp", tmp_path / "single"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "train.py", *train_args(small_data, ddp_dir, *NO_DROPOUT, *ddp_chunks, "run.tensorboard=true")],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert train.main(train_args(small_data, single_dir, *NO_DROPOUT, *single_chunks)) == 0
+    capsys.readouterr()
+
+    ddp, single = model_tensors(ddp_dir / "last.pt"), model_tensors(single_dir / "last.pt")
+    assert ddp.keys() == single.keys() and any(key.endswith(".ax") for key in ddp)  # ASGD averages too
+    for key in ddp:
+        torch.testing.assert_close(ddp[key], single[key], rtol=0, atol=1e-6, msg=key)
+    ddp_best, single_best = model_tensors(ddp_dir / "best.pt"), model_tensors(single_dir / "best.pt")
+    for key in ddp_best:
+        torch.testing.assert_close(ddp_best[key], single_best[key], rtol=0, atol=1e-6, msg=key)
+    records, expected = metrics(ddp_dir), metrics(single_dir)
+    assert [r["epoch"] for r in records] == [1, 2] and records[0].get("switched_to_asgd")
+    for got, want in zip(records, expected):
+        assert got["step"] == want["step"] and got["optimizer"] == want["optimizer"]
+        assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
+        assert got["val_loss"] == pytest.approx(want["val_loss"], abs=1e-5)
+    # Written once, by rank 0: one line per epoch above, one progress report, one event file.
+    assert proc.stdout.count("done:") == 1 and proc.stdout.count("| 2 processes") == 1
+    assert len(list((ddp_dir / "tensorboard").iterdir())) == 1
+    assert json.loads((ddp_dir / "run.json").read_text())["world_size"] == 2
+    assert not [p.name for p in ddp_dir.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+
+
+def test_ranks_draw_their_own_dropout_masks(uninterrupted, small_data, tmp_path, capsys):
+    """With dropout the two ranks are not the single process with half batches (whose chunks
+    share one random stream), and rank 1's stream is saved apart from rank 0's."""
+    single_dir = tmp_path / "single"
+    assert train.main(train_args(small_data, single_dir, "train.small_batch_size=2")) == 0
+    capsys.readouterr()
+    ddp, single = model_tensors(uninterrupted / "last.pt"), model_tensors(single_dir / "last.pt")
+    assert any(not torch.equal(ddp[key], single[key]) for key in ddp)
+    last = torch.load(uninterrupted / "last.pt", weights_only=True)
+    assert last["world_size"] == 2 and len(last["rng_of_other_ranks"]) == 1
+    assert not torch.equal(last["rng"]["torch"], last["rng_of_other_ranks"][0]["torch"])
+    assert rank_seed(141, 1) not in (rank_seed(141, 2), rank_seed(142, 1))
+
+
+# ---------------------------------------------------------------------- stops and resumes
+
+def test_a_crash_or_a_kill_then_resume_is_bit_identical(uninterrupted, small_data, tmp_path):
+    """SIGKILL one rank (a crash): the other stops on its own with one line and last.pt intact;
+    resumed, then SIGKILL both (a lost node); resumed again to the end: the same bits as the run
+    that was never stopped."""
+    run_dir = tmp_path / "killed"
+    rng = random.Random(os.getpid())
+    procs = start_ranks(train_args(small_data, run_dir, "run.checkpoint_every_steps=3"))
+    wait_for(run_dir / "last.pt", procs[0])
+    time.sleep(rng.uniform(0.1, 0.8))
+    procs[1].send_signal(signal.SIGKILL)
+    (code, _, err), _ = finish(procs)
+    assert code == 1 and err.startswith("error: rank 0 stopped at step") and err.count("\n") == 1, err
+    assert "is untouched" in err
+    step = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"]
+
+    procs = start_ranks(["--resume", str(run_dir)])
+    deadline = time.time() + 120
+    while torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == step:
+        assert procs[0].poll() is None and time.time() < deadline, procs[0].stderr.read()
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 0.5))
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+    finish(procs)
+
+    results = run_ranks(["--resume", str(run_dir)])
+    assert [code for code, _, _ in results] == [0, 0], results[0][2]
+    assert "resumed at epoch" in results[0][1]
+    assert_bitwise_equal(model_tensors(run_dir / "last.pt"), model_tensors(uninterrupted / "last.pt"))
+    assert_bitwise_equal(model_tensors(run_dir / "best.pt"), model_tensors(uninterrupted / "best.pt"))
+    assert untimed(metrics(run_dir)) == untimed(metrics(uninterrupted))
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(uninterrupted, small_data, tmp_path):
+    run_dir = tmp_path / "terminated"
+    procs = start_ranks(train_args(small_data, run_dir, "run.checkpoint_every_steps=20"))
+    wait_for(run_dir / "last.pt", procs[0])          # at step 20 of the first epoch's ~55
+    procs[1].send_signal(signal.SIGTERM)
+    (code0, _, err0), (code1, _, err1) = finish(procs)
+    assert code0 == code1 == 128 + signal.SIGTERM, err0 + err1
+    assert err0.startswith("stopped: stopped by SIGTERM") and "--resume" in err0 and err1 == ""
+    progress = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
+    assert progress["step"] > 20 and progress["position"] > 0      # stopped within an epoch,
+    assert len(progress["hidden"]) == 2                             # with a chunk's states per rank
+    results = run_ranks(["--resume", str(run_dir)])
+    assert [code for code, _, _ in results] == [0, 0], results[0][2]
+    assert_bitwise_equal(model_tensors(run_dir / "last.pt"), model_tensors(uninterrupted / "last.pt"))
+
+
+# ---------------------------------------------------------------------- refusals
+
+def test_resuming_with_another_number_of_processes_is_refused(uninterrupted, small_data, tmp_path, capsys):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(uninterrupted, run_dir)
+    before = (run_dir / "last.pt").read_bytes()
+    assert train.main(["--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run_dir / 'last.pt'}: saved by 2 process(es), resumed by 1;")
+    assert err.count("\n") == 1
+    # and a single process's run is not continued by two
+    single_dir = tmp_path / "single"
+    assert train.main(train_args(small_data, single_dir, "run.max_steps=3")) == 0
+    (code0, _, err0), (code1, _, err1) = run_ranks(["--resume", str(single_dir)])
+    assert code0 == code1 == 2 and "saved by 1 process(es), resumed by 2" in err0 and err1 == ""
+    assert (run_dir / "last.pt").read_bytes() == before
+
+
+def test_a_batch_size_the_processes_do_not_divide_is_refused(small_data, tmp_path):
+    run_dir = tmp_path / "odd"
+    (code0, _, err0), (code1, _, err1) = run_ranks(train_args(small_data, run_dir, "train.batch_size=5"))
+    assert code0 == code1 == 2
+    assert err0 == ("error: train.batch_size: 5 is not divisible by the 2 processes of this run (each "
+                    "trains an equal block of the batch's columns); choose a batch size or a number of "
+                    "processes that divides it\n") and err1 == ""
+    assert not run_dir.exists()
+
+
+def test_the_launch_environment_is_checked():
+    assert World.from_environment({}) == World()
+    world = World.from_environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"})
+    assert (world.rank, world.size, world.local_rank, world.distributed) == (3, 4, 1, True)
+    assert world.columns(20) == slice(15, 20)
+    for environ, complaint in [({"RANK": "0"}, "WORLD_SIZE, LOCAL_RANK not set"),
+                               ({"RANK": "0", "WORLD_SIZE": "two", "LOCAL_RANK": "0"}, "must be integers"),
+                               ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "do not fit")]:
+        with pytest.raises(DistributedError, match=complaint):
+            World.from_environment(environ)
