@@ -17,28 +17,19 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import synchronize  # noqa: E402
+from benchmarks.common import timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify  # noqa: E402
 from experiment import cache, dynamic_eval  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.evaluation import evaluate_nll  # noqa: E402
 from model import build_model  # noqa: E402
-
-
-def timed(fn, device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def main() -> None:

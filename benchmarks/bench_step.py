@@ -14,7 +14,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -23,7 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import TrainerStep, interleaved_times, medians  # noqa: E402
+from benchmarks.common import TrainerStep, interleaved_times, medians, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.config import load_config  # noqa: E402
@@ -42,12 +41,6 @@ class PlainLSTMModel(nn.Module):
         for rnn in self.rnns:
             x, _ = rnn(x)
         return F.log_softmax(F.linear(x, self.encoder.weight, self.bias), dim=-1)
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main() -> None:

@@ -41,6 +41,17 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(fn, device: torch.device | None = None) -> float:
+    """Seconds that fn() takes (with the device's queued work finished on both sides)."""
+    if device is not None:
+        synchronize(device)
+    start = time.perf_counter()
+    fn()
+    if device is not None:
+        synchronize(device)
+    return time.perf_counter() - start
+
+
 def interleaved_times(steps: dict, reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
     """Seconds of each step, run round-robin so drifts in machine speed hit all alike."""
     for step in steps.values():
