@@ -1,0 +1,219 @@
+"""One cell of the synthetic experiment: sample P*, fit a head to it, measure the fit.
+
+The output layer alone, without an LSTM ([LMS] section 5.1): N true distributions
+P*(.|c_j) ~ Dirichlet(alpha) over M words; a word embedding matrix E (M x D) shared by all
+contexts and one free context vector g_j (D) per distribution; Q(.|c_j) = head(g_j) with E as
+the head's tied decoder (the repository's head modules, unchanged, and the decoder bias b they
+all have). All parameters minimise the mean cross-entropy -sum_i P*_ij log Q_ij over the N
+contexts, which differs from the mean KL(P*||Q) by the fixed entropy of P*.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from model.heads import HEADS
+from model.heads.base import OutputHead
+
+from .monotone import MonotoneHead
+
+
+def sample_targets(contexts: int, words: int, alpha: float, seed: int,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """P* (N x M), each row ~ Dirichlet(alpha, ..., alpha), reproducible from `seed`.
+
+    Drawn as normalised Gamma(alpha) variables in float64 on the CPU (the same numbers on every
+    device), then stored in float32. With small alpha many entries are below float32's range
+    and become exactly 0; they add nothing to the cross-entropy or the KL (0 log 0 = 0).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    concentration = torch.full((contexts, words), float(alpha), dtype=torch.float64)
+    gamma = torch._standard_gamma(concentration, generator=generator)
+    # A row whose every Gamma draw underflowed (possible only for tiny alpha and M): its mass
+    # goes to one word drawn uniformly, the limit of the Dirichlet as alpha -> 0.
+    empty = gamma.sum(1) == 0
+    if empty.any():
+        pick = torch.randint(words, (int(empty.sum()),), generator=generator)
+        gamma[empty.nonzero().squeeze(1), pick] = 1.0
+    return (gamma / gamma.sum(1, keepdim=True)).float().to(device)
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """H(P*) per row, in float64 (0 log 0 = 0)."""
+    p = p.double()
+    return -torch.xlogy(p, p).sum(-1)
+
+
+def mode_match(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """Per row: argmax P* == argmax Q (ties broken towards the lower index, as torch.argmax)."""
+    return p.argmax(-1) == log_q.argmax(-1)
+
+
+def kl_divergence(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(P*||Q) per row in float64: sum_i P*_i (log P*_i - log Q_i), with 0 log 0 = 0."""
+    p = p.double()
+    return (torch.xlogy(p, p) - p * log_q.double()).sum(-1)
+
+
+# The heads of the experiment: the repository's own registry heads, plus the monotone network
+# of eq. 14 (which the paper's synthetic experiment calls LMS).
+SYNTHETIC_HEADS: dict[str, type[OutputHead]] = {
+    "softmax": HEADS["softmax"],
+    "mos": HEADS["mos"],
+    "lms": MonotoneHead,
+    "plif": HEADS["plif"],
+    "ss": HEADS["ss"],
+    "gss": HEADS["gss"],
+}
+
+
+# Options that differ from the heads' language-model defaults. MoS: no dropout (this is a fit,
+# not a generalisation problem) and 4 components, since its cost grows with K (K x N x M logits).
+HEAD_DEFAULTS: dict[str, dict] = {
+    "mos": {"components": 4, "dropoutl": 0.0},
+    "lms": {"units": 10},
+    "gss": {"c": -1.5, "k": 2.5},        # [SB]'s PTB shape; GSS has no default
+}
+
+
+def head_options(head: str, overrides: dict[str, str] | None = None, compile: bool = True):
+    """The Options of a synthetic head: its Options defaults, then HEAD_DEFAULTS, then
+    `overrides` ({field: text}, e.g. {"components": "8"}, from `synthetic.py --set
+    mos.components=8`). An unknown field or a value of the wrong type is a ValueError naming
+    it; so is an impossible value (the Options check themselves)."""
+    options_class = SYNTHETIC_HEADS[head].Options
+    known = {f.name: f for f in dataclasses.fields(options_class)}
+    values = dict(HEAD_DEFAULTS.get(head, {}))
+    if "compile" in known:
+        values["compile"] = compile
+    for name, text in (overrides or {}).items():
+        if name not in known:
+            raise ValueError(f"{head}.{name}: not an option of this head "
+                             f"(options: {', '.join(known) or 'none'})")
+        values[name] = _parse(f"{head}.{name}", str(known[name].type), text)
+    try:
+        return options_class(**values)
+    except ValueError as error:
+        raise ValueError(f"{head}.{error}") from None
+
+
+def _parse(key: str, type_name: str, text: str):
+    try:
+        if type_name == "bool":
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        value = {"int": int, "float": float}[type_name](text)
+    except (KeyError, ValueError):
+        raise ValueError(f"{key}: expected {type_name}, got {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{key}: expected a finite number, got {text!r}")
+    return value
+
+
+class SyntheticModel(nn.Module):
+    """E (M x D), g (N x D) and a head: Q(.|c_j) = head(g_j) with E as the tied decoder."""
+
+    def __init__(self, head_class: type[OutputHead], head_options, contexts: int, words: int,
+                 dim: int):
+        super().__init__()
+        # N(0, 1/D) entries: initial logits of order 1 whatever D is. Drawn from torch's global
+        # generator, as the heads draw theirs (seed it first: torch.manual_seed).
+        scale = 1.0 / math.sqrt(dim)
+        self.word_embeddings = nn.Parameter(torch.randn(words, dim) * scale)
+        self.context_vectors = nn.Parameter(torch.randn(contexts, dim) * scale)
+        self.head = head_class(head_options, words, dim, dim, self.word_embeddings)
+
+    def log_probs(self, rows: slice) -> torch.Tensor:
+        """log Q for the contexts in `rows`, (rows, M). The heads take (T, B, D); T = 1 here."""
+        return self.head(self.context_vectors[rows].unsqueeze(0)).log_probs.squeeze(0)
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    lr: float = 0.05             # Adam, every parameter
+    max_steps: int = 300         # full-batch steps at most
+    tol: float = 1e-3            # stop when the mean KL fell by less than tol (relative) ...
+    window: int = 10             # ... over the last `window` steps
+    batch_contexts: int = 1000   # contexts per chunk of the full-batch gradient (memory only)
+
+    def __post_init__(self):
+        checks = [("lr", self.lr > 0 and math.isfinite(self.lr), "a finite value > 0"),
+                  ("max_steps", self.max_steps >= 1, "an integer >= 1"),
+                  ("tol", self.tol >= 0 and math.isfinite(self.tol), "a finite value >= 0"),
+                  ("window", self.window >= 1, "an integer >= 1"),
+                  ("batch_contexts", self.batch_contexts >= 1, "an integer >= 1")]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name}: expected {expected}, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    mode_match: float      # % of contexts with argmax P* = argmax Q
+    kl: float              # mean KL(P*||Q) over contexts, nats
+    steps: int             # optimiser steps taken
+    converged: bool        # the stopping rule fired before max_steps
+    seconds: float
+
+
+def _chunks(n: int, size: int):
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def evaluate(model: SyntheticModel, targets: torch.Tensor, batch_contexts: int):
+    """(mode match %, mean KL) of the model's Q against P*, chunk by chunk, without gradients."""
+    matches, kl_sum = 0, 0.0
+    with torch.no_grad():
+        for rows in _chunks(targets.shape[0], batch_contexts):
+            log_q = model.log_probs(rows)
+            matches += int(mode_match(targets[rows], log_q).sum())
+            kl_sum += float(kl_divergence(targets[rows], log_q).sum())
+    n = targets.shape[0]
+    return 100.0 * matches / n, kl_sum / n
+
+
+def fit(model: SyntheticModel, targets: torch.Tensor, settings: FitSettings,
+        on_step: Optional[Callable[[int, float], None]] = None) -> FitResult:
+    """Minimise the mean cross-entropy to P* with full-batch Adam, then measure the fit.
+
+    Each step's gradient is the exact full-batch gradient, accumulated over chunks of
+    `batch_contexts` contexts so that memory stays bounded; the loss of that pass decides the
+    stopping rule (mean KL = cross-entropy - H(P*), relative decrease over `window` steps).
+    """
+    start = time.perf_counter()
+    n = targets.shape[0]
+    mean_entropy = float(entropy(targets).mean())
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    history: list[float] = []
+    converged = False
+    model.train()
+    for step in range(1, settings.max_steps + 1):
+        optimizer.zero_grad(set_to_none=True)
+        cross_entropy = 0.0
+        for rows in _chunks(n, settings.batch_contexts):
+            loss = -(targets[rows] * model.log_probs(rows)).sum() / n
+            loss.backward()
+            cross_entropy += loss.item()
+        kl = cross_entropy - mean_entropy     # before this step's update
+        if not math.isfinite(kl):
+            raise FloatingPointError(f"the loss became non-finite at step {step} (lr {settings.lr})")
+        optimizer.step()
+        history.append(kl)
+        if on_step is not None:
+            on_step(step, kl)
+        if len(history) > settings.window:
+            before = history[-1 - settings.window]
+            if before - kl < settings.tol * abs(kl):
+                converged = True
+                break
+    model.eval()
+    matched, mean_kl = evaluate(model, targets, settings.batch_contexts)
+    return FitResult(matched, mean_kl, step, converged, time.perf_counter() - start)

@@ -1,0 +1,175 @@
+"""The softmax bottleneck on a laptop: the synthetic experiment of [LMS] section 5.1.
+
+    python synthetic.py                                  # the default grid, results in runs/synthetic
+    python synthetic.py --words 1000 --dims 8 64 --seeds 0 1 2 --out /tmp/small --json
+    python synthetic.py --heads softmax lms --set lms.units=20 --alpha 0.01 0.1 1
+
+For every alpha, M and seed, N true distributions P*(.|c_j) ~ Dirichlet(alpha) over M words are
+drawn once; for every D and head, word embeddings (M x D, the head's tied decoder) and one free
+context vector per distribution (N x D, the head's input g) are fitted by full-batch Adam on the
+cross-entropy to P* until the mean KL stops falling (bottleneck/problem.py). Reported per cell:
+the % of contexts whose mode matches (argmax P* = argmax Q) and the mean KL(P*||Q).
+
+Heads (bottleneck.problem.SYNTHETIC_HEADS): softmax (Linear-Softmax), mos (MoS, K = 4),
+lms (LMS with the monotone network of [LMS] eq. 14, K = 10 hidden units), plif (LMS-PLIF),
+ss, gss; every one but lms is the repository's own head module.
+
+Writes to --out: results.md (one table per alpha and M), results.csv (every fit),
+mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one line per head,
+one panel per M), settings.json (everything this run was given). --json prints the rows as the
+last line of stdout. Same seeds, same numbers (on the same device and torch build).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
+                                sample_targets)
+from bottleneck.report import Row, to_csv, to_markdown, write_figures
+from experiment.config import ConfigError
+from experiment.loading import select_device
+from experiment.run_directory import RunDirectoryError, write_text_atomic
+
+
+def _number(kind, lowest, what, strict: bool = False):
+    """An argparse type: a finite `kind` >= lowest (> lowest if strict), else one line."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value) or value < lowest or (strict and value == lowest):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    return parse
+
+
+def _override(text: str) -> tuple[str, str, str]:
+    head_and_key, sep, value = text.partition("=")
+    head, dot, key = head_and_key.partition(".")
+    if not (sep and dot and head and key):
+        raise argparse.ArgumentTypeError(f"expected HEAD.OPTION=VALUE, got {text!r}")
+    if head not in SYNTHETIC_HEADS:
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown head {head!r} "
+                                         f"(heads: {', '.join(SYNTHETIC_HEADS)})")
+    return head, key, value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    positive_int = _number(int, 1, "an integer >= 1")
+    positive = _number(float, 0, "a finite value > 0", strict=True)
+    p.add_argument("--alpha", nargs="+", type=positive, default=[0.1],
+                   help="Dirichlet concentration(s) (default 0.1)")
+    p.add_argument("--dims", nargs="+", type=positive_int, default=[8, 16, 32, 64, 128],
+                   help="embedding sizes D")
+    p.add_argument("--words", nargs="+", type=_number(int, 2, "an integer >= 2"),
+                   default=[1000, 10000], help="vocabulary sizes M")
+    p.add_argument("--contexts", type=positive_int, default=10000,
+                   help="N, the number of true distributions (the paper used 100,000)")
+    p.add_argument("--heads", nargs="+", choices=list(SYNTHETIC_HEADS), default=list(SYNTHETIC_HEADS))
+    p.add_argument("--seeds", nargs="+", type=_number(int, 0, "an integer >= 0"), default=[0],
+                   help="one fit per seed: P* and the initial parameters are drawn from it")
+    p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
+                   metavar="HEAD.OPTION=VALUE",
+                   help="a head option, e.g. mos.components=8, lms.units=20, plif.knots=1000")
+    p.add_argument("--no-compile", action="store_true",
+                   help="eager kernels only (torch.compile is otherwise tried, with eager fallback)")
+    defaults = FitSettings()
+    p.add_argument("--lr", type=positive, default=defaults.lr, help="Adam learning rate")
+    p.add_argument("--max-steps", type=positive_int, default=defaults.max_steps,
+                   help="full-batch steps at most per fit")
+    p.add_argument("--tol", type=_number(float, 0, "a finite value >= 0"), default=defaults.tol,
+                   help="stop when the mean KL fell by less than this fraction over --window steps")
+    p.add_argument("--window", type=positive_int, default=defaults.window)
+    p.add_argument("--batch-contexts", type=positive_int, default=defaults.batch_contexts,
+                   help="contexts per chunk of the full-batch gradient (memory only, same result)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.add_argument("--out", type=Path, default=Path("runs/synthetic"))
+    p.add_argument("--json", action="store_true", help="print the rows as JSON, as the last line")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        device = select_device(args.device, "--device")
+        fit_settings = FitSettings(lr=args.lr, max_steps=args.max_steps, tol=args.tol,
+                                   window=args.window, batch_contexts=args.batch_contexts)
+        overrides: dict[str, dict[str, str]] = {}
+        for head, key, value in args.overrides:
+            overrides.setdefault(head, {})[key] = value
+        options = {head: head_options(head, overrides.get(head), compile=not args.no_compile)
+                   for head in args.heads}
+        unused = sorted(set(overrides) - set(args.heads))
+        if unused:
+            raise ValueError(f"--set names {', '.join(unused)}, which --heads does not run")
+        args.out.mkdir(parents=True, exist_ok=True)
+        settings = {"alpha": args.alpha, "dims": args.dims, "words": args.words,
+                    "contexts": args.contexts, "heads": args.heads, "seeds": args.seeds,
+                    "head_options": {h: asdict(o) for h, o in options.items()},
+                    "fit": asdict(fit_settings), "device": str(device),
+                    "torch": torch.__version__}
+        write_text_atomic(args.out / "settings.json", json.dumps(settings, indent=2) + "\n")
+    except (ValueError, ConfigError, RunDirectoryError, OSError) as error:
+        print(f"synthetic.py: {error}", file=sys.stderr)
+        return 2
+
+    rows: list[Row] = []
+    cells = len(args.alpha) * len(args.words) * len(args.seeds) * len(args.dims) * len(args.heads)
+    bar = tqdm(total=cells, unit="fit", file=sys.stderr, dynamic_ncols=True)
+    for alpha in args.alpha:
+        for words in args.words:
+            for seed in args.seeds:
+                targets = sample_targets(args.contexts, words, alpha, seed, device)
+                for dim in args.dims:
+                    for head in args.heads:
+                        where = f"alpha {alpha:g} M {words} seed {seed} D {dim} {head}"
+                        bar.set_description(where)
+                        torch.manual_seed(seed)
+                        model = SyntheticModel(SYNTHETIC_HEADS[head], options[head],
+                                               args.contexts, words, dim).to(device)
+                        try:
+                            result = fit(model, targets, fit_settings,
+                                         lambda step, kl: bar.set_postfix_str(
+                                             f"step {step} KL {kl:.4f}", refresh=False))
+                        except FloatingPointError as error:
+                            print(f"synthetic.py: {where}: {error}; try a smaller --lr",
+                                  file=sys.stderr)
+                            return 1
+                        rows.append(Row(alpha, words, dim, args.contexts, head,
+                                        SYNTHETIC_HEADS[head].label, seed,
+                                        round(result.mode_match, 4), round(result.kl, 6),
+                                        result.steps, result.converged,
+                                        round(result.seconds, 2)))
+                        bar.update()
+                        del model
+                del targets
+    bar.close()
+
+    try:
+        write_text_atomic(args.out / "results.csv", to_csv(rows))
+        write_text_atomic(args.out / "results.md", to_markdown(rows))
+        figures = write_figures(rows, args.out)
+    except (RunDirectoryError, OSError) as error:
+        print(f"synthetic.py: {error}", file=sys.stderr)
+        return 2
+    print(to_markdown(rows))
+    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, "
+          + ", ".join(str(f) for f in figures))
+    if args.json:
+        print(json.dumps([asdict(row) for row in rows]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The synthetic experiment of [LMS] section 5.1 (bottleneck/, synthetic.py) on tiny grids."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bottleneck.monotone import MonotoneHead, MonotoneOptions, monotone_reference
+from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, entropy, evaluate,
+                                fit, head_options, kl_divergence, mode_match, sample_targets)
+from bottleneck.report import Row, to_csv, to_markdown, write_figures
+from tests.conftest import REPO_ROOT
+
+
+# --- metrics against hand computations ---------------------------------------------------------
+
+def test_mode_match_by_hand():
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.0, 1.0, 0.0], [0.5, 0.1, 0.4]])
+    q = torch.tensor([[0.5, 0.4, 0.1], [0.4, 0.3, 0.3], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
+    assert mode_match(p, q.log()).tolist() == [True, False, True, False]
+
+
+def test_kl_and_entropy_by_hand():
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    q = torch.tensor([[0.25, 0.5, 0.25], [1 / 3, 1 / 3, 1 / 3]])
+    # Row 0: 0.5 log(0.5/0.25) + 0.5 log(0.5/0.5) + 0 = 0.5 log 2 (the zero entry adds nothing).
+    # Row 1: 0.5 log(0.75) + 0.5 log(1.5).
+    expected = [0.5 * math.log(2), 0.5 * math.log(0.75) + 0.5 * math.log(1.5)]
+    assert kl_divergence(p, q.log()).tolist() == pytest.approx(expected, rel=1e-6)
+    assert entropy(p).tolist() == pytest.approx([math.log(2), 1.5 * math.log(2)], rel=1e-12)
+    assert kl_divergence(q, q.log()).abs().max() < 1e-7
+
+
+def test_evaluate_is_mean_over_contexts_in_any_chunking():
+    torch.manual_seed(0)
+    targets = sample_targets(37, 11, 0.5, seed=3)
+    model = SyntheticModel(SYNTHETIC_HEADS["softmax"], head_options("softmax"), 37, 11, 4)
+    with torch.no_grad():
+        log_q = model.log_probs(slice(0, 37))
+    by_hand = (100.0 * mode_match(targets, log_q).double().mean().item(),
+               kl_divergence(targets, log_q).mean().item())
+    for chunk in (1, 5, 37, 100):
+        matched, kl = evaluate(model, targets, chunk)
+        assert matched == pytest.approx(by_hand[0], abs=1e-9)
+        assert kl == pytest.approx(by_hand[1], rel=1e-6)   # float32 logits, chunked matmuls
+
+
+# --- the true distributions --------------------------------------------------------------------
+
+def test_targets_are_distributions_reproducible_by_seed():
+    a = sample_targets(50, 30, 0.1, seed=1)
+    assert a.shape == (50, 30) and a.dtype == torch.float32
+    assert (a >= 0).all()
+    assert torch.allclose(a.sum(1), torch.ones(50), atol=1e-5)
+    assert torch.equal(a, sample_targets(50, 30, 0.1, seed=1))
+    assert not torch.equal(a, sample_targets(50, 30, 0.1, seed=2))
+
+
+def test_targets_follow_the_dirichlet():
+    # Each coordinate's mean is 1/M; smaller alpha gives sparser rows (lower entropy).
+    sparse = sample_targets(4000, 20, 0.1, seed=0)
+    flat = sample_targets(4000, 20, 10.0, seed=0)
+    assert sparse.mean(0).sub(1 / 20).abs().max() < 0.02
+    # Var of one coordinate: (1/M)(1 - 1/M) / (M alpha + 1).
+    var = (1 / 20) * (1 - 1 / 20) / (20 * 0.1 + 1)
+    assert sparse[:, 0].var().item() == pytest.approx(var, rel=0.15)
+    assert entropy(sparse).mean() < entropy(flat).mean() - 1.0
+
+
+# --- the monotone network of eq. 14 ------------------------------------------------------------
+
+def test_monotone_function_matches_reference_values_and_gradients():
+    torch.manual_seed(0)
+    x = (torch.randn(3, 5, 7, dtype=torch.float64) * 4).requires_grad_()
+    params = [torch.randn(6, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    b0 = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    from bottleneck.monotone import _Monotone
+    for compiled in (False,):
+        out = _Monotone.apply(x, *params, b0, compiled)
+        ref = monotone_reference(x, *params, b0)
+        assert torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda *a: _Monotone.apply(*a, compiled),
+                                        (x, *params, b0))
+
+
+def test_monotone_function_is_increasing():
+    head = MonotoneHead(MonotoneOptions(units=5, compile=False), 4, 3, 3,
+                        torch.nn.Parameter(torch.randn(4, 3)))
+    with torch.no_grad():
+        for p in (head.u_raw, head.v_raw, head.c):
+            p.normal_()
+        x = torch.linspace(-30, 30, 2001)
+        f = monotone_reference(x, head.u_raw, head.v_raw, head.c, head.b0)
+    assert (f.diff() >= 0).all() and f[-1] > f[0]
+
+
+def test_monotone_head_on_the_head_interface():
+    torch.manual_seed(1)
+    weight = torch.nn.Parameter(torch.randn(9, 4))
+    head = MonotoneHead(MonotoneHead.small_options(), 9, 4, 4, weight)
+    hidden = torch.randn(2, 3, 4)
+    out, ref = head(hidden), head.reference(hidden)
+    assert out.log_probs.shape == (2, 3, 9)
+    assert torch.allclose(out.log_probs.exp().sum(-1), torch.ones(2, 3), atol=1e-5)
+    assert torch.allclose(out.log_probs, ref.log_probs, atol=1e-5)
+    assert torch.allclose(out.transformed_logits, ref.transformed_logits, atol=1e-5)
+
+
+# --- head options ------------------------------------------------------------------------------
+
+def test_head_options_defaults_and_overrides():
+    assert head_options("mos").components == 4 and head_options("mos").dropoutl == 0.0
+    assert head_options("mos", {"components": "7"}).components == 7
+    assert head_options("lms", {"units": "3"}, compile=False) == MonotoneOptions(3, False)
+    assert head_options("gss").c == -1.5
+    assert head_options("plif", {"compile": "false"}).compile is False
+
+
+@pytest.mark.parametrize("head, overrides, message", [
+    ("mos", {"bogus": "1"}, "mos.bogus: not an option of this head"),
+    ("mos", {"components": "two"}, "mos.components: expected int, got 'two'"),
+    ("mos", {"components": "0"}, "mos.components: expected an integer >= 1, got 0"),
+    ("gss", {"k": "nan"}, "gss.k: expected a finite number"),
+    ("softmax", {"x": "1"}, "softmax.x: not an option of this head (options: none)"),
+])
+def test_head_option_errors_name_the_key(head, overrides, message):
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        head_options(head, overrides)
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+def _fit(head, targets, dim, seed=0, **settings):
+    torch.manual_seed(seed)
+    model = SyntheticModel(SYNTHETIC_HEADS[head], head_options(head, compile=False),
+                           targets.shape[0], targets.shape[1], dim)
+    return fit(model, targets, FitSettings(**settings))
+
+
+def test_stopping_rule_and_step_limit():
+    targets = sample_targets(20, 10, 0.1, seed=0)
+    capped = _fit("softmax", targets, 2, lr=0.05, max_steps=7, tol=0.0)
+    assert (capped.steps, capped.converged) == (7, False)
+    stalled = _fit("softmax", targets, 2, lr=0.05, max_steps=500, tol=10.0, window=3)
+    assert (stalled.steps, stalled.converged) == (4, True)     # the first step the rule can see
+
+
+def test_chunking_is_only_a_memory_matter():
+    targets = sample_targets(30, 12, 0.1, seed=4)
+    # A few steps only: Adam divides by the gradient's size, so float rounding differences of
+    # the summation order grow over many steps.
+    whole = _fit("plif", targets, 3, max_steps=5, tol=0.0, batch_contexts=1000)
+    chunked = _fit("plif", targets, 3, max_steps=5, tol=0.0, batch_contexts=7)
+    assert chunked.kl == pytest.approx(whole.kl, rel=1e-6)
+    assert chunked.mode_match == whole.mode_match
+
+
+@pytest.mark.parametrize("head", list(SYNTHETIC_HEADS))
+def test_a_head_that_can_represent_p_exactly_fits_it(head):
+    # D >= M: E can be invertible, so every head can put any logits on every context.
+    targets = sample_targets(60, 12, 0.1, seed=5)
+    # A small constant lr: Adam's steps set a floor on how close it gets, and a few contexts
+    # have top-two probabilities within 1% of each other.
+    result = _fit(head, targets, 16, lr=0.003, max_steps=4000, tol=0.0)
+    assert result.mode_match == 100.0
+    assert result.kl < 2e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_low_d_large_m_softmax_is_worse_than_lms_and_plif(seed):
+    # The bottleneck: D = 4 for M = 200 words. A pointwise monotone f on the logits (LMS with
+    # the network of eq. 14, LMS-PLIF) reaches a lower KL than the Linear-Softmax.
+    targets = sample_targets(300, 200, 0.1, seed=seed)
+    kl = {head: _fit(head, targets, 4, seed=seed, lr=0.05, max_steps=300).kl
+          for head in ("softmax", "lms", "plif")}
+    assert kl["softmax"] > kl["lms"] + 0.05, kl
+    assert kl["softmax"] > kl["plif"] + 0.05, kl
+
+
+# --- outputs ---------------------------------------------------------------------------------------
+
+def _rows():
+    rows = []
+    for dim, (sm, lms) in {4: ((10.0, 1.5), (30.0, 1.2)), 8: ((20.0, 1.0), (15.0, 0.9))}.items():
+        rows.append(Row(0.1, 50, dim, 40, "softmax", "Softmax", 0, sm[0], sm[1], 20, True, 0.1))
+        rows.append(Row(0.1, 50, dim, 40, "lms", "LMS", 0, lms[0], lms[1], 30, dim == 4, 0.2))
+    return rows
+
+
+def test_markdown_table_marks_best_and_unconverged():
+    text = to_markdown(_rows())
+    assert "### alpha = 0.1, M = 50, N = 40, seeds 0" in text
+    assert "| D | Softmax mode % | Softmax KL | LMS mode % | LMS KL |" in text
+    assert "| 4 | 10.0 | 1.500 | **30.0** | **1.200** |" in text
+    assert "| 8 | **20.0** | 1.000 | 15.0 | **0.900*** |" in text
+    assert "`*`: at least one fit" in text
+
+
+def test_csv_keeps_every_row(tmp_path):
+    rows = list(csv.DictReader(to_csv(_rows()).splitlines()))
+    assert len(rows) == 4
+    assert rows[1]["head"] == "lms" and float(rows[1]["kl"]) == 1.2 and rows[1]["converged"] == "True"
+
+
+def test_figures_one_per_metric_and_alpha(tmp_path):
+    paths = write_figures(_rows(), tmp_path)
+    assert sorted(p.name for p in paths) == ["kl_alpha0.1.png", "mode_match_alpha0.1.png"]
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+def _synthetic(*args, **kwargs):
+    return subprocess.run([sys.executable, "synthetic.py", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_cli_tiny_grid_writes_everything(tmp_path):
+    out = tmp_path / "grid"
+    args = ["--words", "30", "60", "--dims", "2", "8", "--contexts", "40", "--heads", "softmax",
+            "lms", "--seeds", "0", "1", "--max-steps", "20", "--no-compile", "--set",
+            "lms.units=3", "--out", str(out), "--json"]
+    done = _synthetic(*args)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(rows) == 2 * 2 * 2 * 2
+    assert {(r["words"], r["dim"], r["head"], r["seed"]) for r in rows} == {
+        (m, d, h, s) for m in (30, 60) for d in (2, 8) for h in ("softmax", "lms") for s in (0, 1)}
+    assert all(0 <= r["mode_match"] <= 100 and r["kl"] >= 0 and r["steps"] <= 20 for r in rows)
+    for name in ("results.md", "results.csv", "settings.json", "mode_match_alpha0.1.png",
+                 "kl_alpha0.1.png"):
+        assert (out / name).is_file(), name
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["head_options"]["lms"]["units"] == 3 and settings["fit"]["max_steps"] == 20
+    assert "### alpha = 0.1, M = 60, N = 40, seeds 0, 1" in (out / "results.md").read_text()
+    # Same seeds, same numbers.
+    again = _synthetic(*args[:-3], "--out", str(tmp_path / "again"), "--json")
+    untimed = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    assert untimed(json.loads(again.stdout.strip().splitlines()[-1])) == untimed(rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--alpha", "-1"], "argument --alpha: expected a finite value > 0, got '-1'"),
+    (["--words", "1"], "argument --words: expected an integer >= 2, got '1'"),
+    (["--set", "mos.components"], "expected HEAD.OPTION=VALUE"),
+    (["--set", "moss.components=3"], "unknown head 'moss'"),
+    (["--set", "mos.bogus=3"], "synthetic.py: mos.bogus: not an option of this head"),
+    (["--heads", "softmax", "--set", "mos.components=3"], "--set names mos, which --heads"),
+    (["--device", "cuda:7"], "synthetic.py: --device: 'cuda:7' requested but"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, args, message):
+    done = _synthetic(*args, "--out", str(tmp_path / "x"))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x" / "results.csv").exists()
