@@ -1,7 +1,7 @@
 """The log-P matrix of a trained model and its Press and epsilon-effective ranks (docs/reference.md section 7).
 
     python rank.py runs/ptb-softmax-seed141                       # test set, all contexts, float32
-    python rank.py runs/wt2-mos-seed1881 --contexts 33320 --json  # the first 33,320 contexts, as [SB]
+    python rank.py runs/wikitext-2-mos-seed1881 --contexts 33320 --json  # the first 33,320 contexts, as [SB]
     python rank.py --plot runs/a runs/b --out spectra.png         # overlay saved test spectra
                                                                   # (default: runs/spectra.png)
     python rank.py runs/ptb-mos-seed28 --robustness               # [SB] SM Tables 14-16 (below)
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -104,9 +105,9 @@ def parse_args(argv=None):
     for name in ("keep", "iterations"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
-    bad = [c for c in args.noise_scales if not c > 0]
+    bad = [c for c in args.noise_scales if not (math.isfinite(c) and c > 0)]
     if bad:
-        parser.error(f"--noise-scales: expected values > 0, got {bad[0]}")
+        parser.error(f"--noise-scales: expected finite values > 0, got {bad[0]}")
     if args.dtype is None:
         args.dtype = "float64" if args.robustness else "float32"
     return args

@@ -7,7 +7,7 @@
         --positions 10 200 --contexts "the stock market"
     python report.py spectra runs/ptb/*-seed141 --out results/spectra_ptb.png
     python report.py correlation runs/gss_grid --out results/figure2         # [SB] Figure 2, Pearson r
-    python report.py capacity runs/mos_k --out results/sm_figure6            # [SB] SM Figure 6
+    python report.py capacity runs/mos_k --out results/figure6            # [SB] Figure 6
     python report.py mos-rank runs/mos_k runs/mos_dropoutl --out results/figure5   # [SB] Figure 5
     python report.py robustness runs/ptb-mos-seed28 --out results/sm_tables14-16   # after rank.py --robustness
     python report.py published --out docs/published.md                        # the paper's numbers
@@ -80,7 +80,7 @@ def parse_args(argv=None):
     figures = {
         "correlation": "[SB] Figure 2: Press rank against test ppl of the GSS(c, k) runs, Pearson r "
                        "beside the paper's (PREFIX.png, .md, .csv)",
-        "capacity": "[SB] SM Figure 6: MoS train / test ppl and parameters against K (PREFIX.png, .md)",
+        "capacity": "[SB] Figure 6: MoS train / test ppl and parameters against K (PREFIX.png, .md)",
         "mos-rank": "[SB] Figure 5: MoS test ppl against Press rank as K grows and as dropoutl falls "
                     "(PREFIX.png, .md)",
         "robustness": "[SB] SM Tables 14-16 from robustness_test.json (rank.py --robustness) "

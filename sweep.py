@@ -1,7 +1,7 @@
 """Run one config over several seeds and an override grid, or an experiment plan, each run in its
 own directory.
 
-    python sweep.py sweeps/sb_table2_ptb.yaml                  # a plan: [SB] Table 2, PTB (77 runs)
+    python sweep.py sweeps/sb_table2_ptb.yaml                  # a plan: [SB] Table 2, PTB (67 runs)
     python sweep.py sweeps/sb_table2_ptb.yaml --dry-run        # what it would run, and how many
     python sweep.py sweeps/sb_table2_ptb.yaml --report         # its tables and figures from the runs
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 143 --out runs/ptb

@@ -1,10 +1,10 @@
-"""The MoS sweeps of [SB]: capacity against K (SM Figure 6) and rank against perplexity (Figure 5).
+"""The MoS sweeps of [SB]: capacity against K (Figure 6) and rank against perplexity (Figure 5).
 
 MoS runs are grouped by head.components (K), head.dropoutl and train.asgd_trigger; each group is
 one point, its numbers the means over its runs (seeds): parameters (run.json), train perplexity
 (metrics.jsonl, best epoch), test perplexity (eval_best.json), Press rank (rank_test.json).
 
-- capacity (SM Figure 6): per dataset, train and test perplexity against K (left axis) and the
+- capacity (Figure 6): per dataset, train and test perplexity against K (left axis) and the
   parameter count against K (right axis), for the runs at dropoutl 0.29.
 - rank (Figure 5): per dataset, test perplexity against Press rank as K grows (dropoutl 0.29,
   left) and as dropoutl falls (K = 15, right), each point labelled with its K or dropoutl.
@@ -130,7 +130,7 @@ def plotted(points: Sequence[Point], x: str, y: str) -> list[Point]:
     return [p for p in points if getattr(p, x) is not None and getattr(p, y) is not None]
 
 
-# ---------------------------------------------------------------------- SM Figure 6
+# ---------------------------------------------------------------------- Figure 6
 
 def plot_capacity(points: dict[str, list[Point]], path: Path) -> None:
     plt = pyplot()
@@ -218,11 +218,11 @@ def points_table(points: dict[str, list[Point]], names: Sequence[str]) -> str:
 
 
 def write_mos_figure(run_dirs: Sequence[Path], out_prefix: Path, figure: str) -> str:
-    """figure "capacity" (SM Figure 6) or "rank" (Figure 5): PREFIX.png and PREFIX.md; the Markdown."""
+    """figure "capacity" (Figure 6) or "rank" (Figure 5): PREFIX.png and PREFIX.md; the Markdown."""
     points, notes = collect(run_dirs)
     if figure == "capacity":
         plot_capacity(points, prefixed(out_prefix, ".png"))
-        title, names = "[SB] SM Figure 6: MoS capacity and perplexity against K", ("components",)
+        title, names = "[SB] Figure 6: MoS capacity and perplexity against K", ("components",)
     else:
         plot_rank(points, prefixed(out_prefix, ".png"))
         title, names = "[SB] Figure 5: MoS Press rank and test perplexity", ("components", "dropoutl")

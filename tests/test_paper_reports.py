@@ -192,7 +192,7 @@ def test_correlation_report(gss_grid, tmp_path):
     assert [(p.c, p.k, p.press_rank) for p in by_dataset["ptb"]] == [(0.0, 2.5, 2150)]
 
 
-# ---------------------------------------------------------------------- Figure 5 and SM Figure 6
+# ---------------------------------------------------------------------- Figure 5 and Figure 6
 
 @pytest.fixture
 def mos_runs(tmp_path) -> Path:
@@ -233,7 +233,7 @@ def test_mos_points_and_sweeps(mos_runs):
 def test_capacity_and_rank_figures(mos_runs, tmp_path):
     assert report.main(["capacity", str(mos_runs), "--out", str(tmp_path / "capacity")]) == 0
     markdown = (tmp_path / "capacity.md").read_text()
-    assert markdown.startswith("# [SB] SM Figure 6")
+    assert markdown.startswith("# [SB] Figure 6")
     k5 = table_line(markdown, "K=5")               # PTB first: measured beside SM Table 4
     assert k5[:5] == ["K=5", "nt", "2", "19.87", "19.75"] and k5[7:9] == [f"{56.0 + 2 + 0.15:.2f}", "58.38"]
     assert (tmp_path / "capacity.png").read_bytes()[:8] == PNG

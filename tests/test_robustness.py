@@ -150,7 +150,9 @@ def test_rank_py_robustness_bad_input_is_one_line(trained, capsys):
                       "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "keep" in err and "20 x" in err
-    for argv in (["--keep", "5"], ["--robustness", "--noise-scales", "0"], ["--robustness", "--plot"]):
+    for argv in (["--keep", "5"], ["--robustness", "--noise-scales", "0"],
+                 ["--robustness", "--noise-scales", "inf"], ["--robustness", "--noise-scales", "nan"],
+                 ["--robustness", "--plot"]):
         with pytest.raises(SystemExit) as exit_info:
             rank.parse_args([str(trained), *argv])
         assert exit_info.value.code == 2
