@@ -10,18 +10,13 @@ from experiment.evaluation import evaluate_nll, iterate_chunks
 from model import build_model
 from model.heads import HEADS
 
-from conftest import TINY
+from conftest import TINY, head_overrides
 
 VOCAB = 50
-MIXTURE_SIZES = ["model.nhidlast=20", "head.components=3"]
 
 
 def tiny_model(head: str):
-    overrides = [o for o in TINY if not o.startswith("run.")]
-    if head in ("mos", "moc"):
-        overrides += MIXTURE_SIZES
-    if head in ("plif", "plif_frozen"):
-        overrides += ["head.knots=32"]
+    overrides = [o for o in TINY if not o.startswith("run.")] + head_overrides(head)
     config = load_config(f"configs/ptb/{head}.yaml", overrides)
     torch.manual_seed(0)
     model = build_model(config, VOCAB)
