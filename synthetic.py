@@ -18,6 +18,8 @@ Writes to --out: results.md (one table per alpha and M), results.csv (every fit)
 mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one line per head,
 one panel per M), settings.json (everything this run was given). --json prints the rows as the
 last line of stdout. Same seeds, same numbers (on the same device and torch build).
+--from-csv A/results.csv B/results.csv --out C writes one table and one pair of figures for the
+results of several runs (a grid split over processes or machines) without fitting anything.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from tqdm import tqdm
 
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
                                 sample_targets)
-from bottleneck.report import Row, to_csv, to_markdown, write_figures
+from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, write_text_atomic
@@ -96,11 +98,52 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--out", type=Path, default=Path("runs/synthetic"))
     p.add_argument("--json", action="store_true", help="print the rows as JSON, as the last line")
+    p.add_argument("--from-csv", nargs="+", type=Path, metavar="CSV",
+                   help="fit nothing: write the table and figures of earlier runs' results.csv "
+                        "files (e.g. a grid split over several processes) to --out")
     return p.parse_args(argv)
+
+
+def write_outputs(rows: list[Row], out: Path, print_json: bool) -> int:
+    """results.csv, results.md and the figures in `out`; the table on stdout (and the rows)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "results.csv", to_csv(rows))
+        write_text_atomic(out / "results.md", to_markdown(rows))
+        figures = write_figures(rows, out)
+    except (RunDirectoryError, OSError) as error:
+        print(f"synthetic.py: {error}", file=sys.stderr)
+        return 2
+    print(to_markdown(rows))
+    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, "
+          + ", ".join(str(f) for f in figures))
+    if print_json:
+        print(json.dumps([asdict(row) for row in rows]))
+    return 0
+
+
+def rows_from_csv(paths: list[Path]) -> list[Row]:
+    rows: list[Row] = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: cannot be read ({error})") from None
+        rows += from_csv(text, str(path))
+    if not rows:
+        raise ValueError(f"{', '.join(map(str, paths))}: no result rows")
+    return rows
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_csv:
+        try:
+            rows = rows_from_csv(args.from_csv)
+        except ValueError as error:
+            print(f"synthetic.py: {error}", file=sys.stderr)
+            return 2
+        return write_outputs(rows, args.out, args.json)
     try:
         device = select_device(args.device, "--device")
         fit_settings = FitSettings(lr=args.lr, max_steps=args.max_steps, tol=args.tol,
@@ -155,20 +198,7 @@ def main(argv=None) -> int:
                         del model
                 del targets
     bar.close()
-
-    try:
-        write_text_atomic(args.out / "results.csv", to_csv(rows))
-        write_text_atomic(args.out / "results.md", to_markdown(rows))
-        figures = write_figures(rows, args.out)
-    except (RunDirectoryError, OSError) as error:
-        print(f"synthetic.py: {error}", file=sys.stderr)
-        return 2
-    print(to_markdown(rows))
-    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, "
-          + ", ".join(str(f) for f in figures))
-    if args.json:
-        print(json.dumps([asdict(row) for row in rows]))
-    return 0
+    return write_outputs(rows, args.out, args.json)
 
 
 if __name__ == "__main__":

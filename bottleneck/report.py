@@ -40,6 +40,33 @@ def to_csv(rows: list[Row]) -> str:
     return out.getvalue()
 
 
+def from_csv(text: str, source: str = "results.csv") -> list[Row]:
+    """Rows written by to_csv (any number of files may be concatenated by the caller). A missing
+    column or a value of the wrong type is a ValueError naming `source`, the line and the column."""
+    rows = []
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [f.name for f in fields(Row) if f.name not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {', '.join(missing)} "
+                         f"(expected the header that synthetic.py writes)")
+    for line, record in enumerate(reader, start=2):
+        values = {}
+        for f in fields(Row):
+            text_value = record[f.name]
+            try:
+                if f.type == "bool":
+                    if text_value not in ("True", "False"):
+                        raise ValueError
+                    values[f.name] = text_value == "True"
+                else:
+                    values[f.name] = {"int": int, "float": float, "str": str}[f.type](text_value)
+            except (ValueError, TypeError):
+                raise ValueError(f"{source}, line {line}: {f.name}: expected {f.type}, "
+                                 f"got {text_value!r}") from None
+        rows.append(Row(**values))
+    return rows
+
+
 def _grouped(rows: list[Row]):
     """{(alpha, M, D, head): [rows over seeds]} in first-seen order."""
     groups: dict[tuple, list[Row]] = defaultdict(list)

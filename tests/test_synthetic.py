@@ -13,7 +13,7 @@ import torch
 from bottleneck.monotone import MonotoneHead, MonotoneOptions, monotone_reference
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, entropy, evaluate,
                                 fit, head_options, kl_divergence, mode_match, sample_targets)
-from bottleneck.report import Row, to_csv, to_markdown, write_figures
+from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from tests.conftest import REPO_ROOT
 
 
@@ -207,6 +207,21 @@ def test_csv_keeps_every_row(tmp_path):
     assert rows[1]["head"] == "lms" and float(rows[1]["kl"]) == 1.2 and rows[1]["converged"] == "True"
 
 
+def test_csv_reads_back_into_the_same_rows():
+    assert from_csv(to_csv(_rows())) == _rows()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("alpha,words\n0.1,5\n", "r.csv: missing column(s) dim, contexts"),
+    (to_csv(_rows()).replace("True", "yes", 1), "r.csv, line 2: converged: expected bool, got 'yes'"),
+    (to_csv(_rows()).replace(",50,", ",fifty,", 1), "r.csv, line 2: words: expected int, got 'fifty'"),
+])
+def test_bad_csv_is_one_line_naming_file_line_and_column(text, message):
+    with pytest.raises(ValueError) as error:
+        from_csv(text, "r.csv")
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
 def test_figures_one_per_metric_and_alpha(tmp_path):
     paths = write_figures(_rows(), tmp_path)
     assert sorted(p.name for p in paths) == ["kl_alpha0.1.png", "mode_match_alpha0.1.png"]
@@ -242,6 +257,22 @@ def test_cli_tiny_grid_writes_everything(tmp_path):
     again = _synthetic(*args[:-3], "--out", str(tmp_path / "again"), "--json")
     untimed = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
     assert untimed(json.loads(again.stdout.strip().splitlines()[-1])) == untimed(rows)
+
+
+def test_cli_from_csv_joins_runs_without_fitting(tmp_path):
+    first, second = _rows()[:2], _rows()[2:]
+    (tmp_path / "a.csv").write_text(to_csv(first))
+    (tmp_path / "b.csv").write_text(to_csv(second))
+    done = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                      "--out", str(tmp_path / "joined"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [r.__dict__ for r in _rows()]
+    assert (tmp_path / "joined" / "results.md").read_text() == to_markdown(_rows())
+    assert (tmp_path / "joined" / "kl_alpha0.1.png").is_file()
+    assert not (tmp_path / "joined" / "settings.json").exists()     # nothing was fitted
+    missing = _synthetic("--from-csv", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2 and "nope.csv: cannot be read" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 @pytest.mark.parametrize("args, message", [
