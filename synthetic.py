@@ -93,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tol", type=_number(float, 0, "a finite value >= 0"), default=defaults.tol,
                    help="stop when the mean KL fell by less than this fraction over --window steps")
     p.add_argument("--window", type=positive_int, default=defaults.window)
+    p.add_argument("--lr-drops", type=_number(int, 0, "an integer >= 0"), default=defaults.lr_drops,
+                   help="on a stall, divide the lr by 10 and go on, at most this many times")
     p.add_argument("--batch-contexts", type=positive_int, default=defaults.batch_contexts,
                    help="contexts per chunk of the full-batch gradient (memory only, same result)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -147,7 +149,8 @@ def main(argv=None) -> int:
     try:
         device = select_device(args.device, "--device")
         fit_settings = FitSettings(lr=args.lr, max_steps=args.max_steps, tol=args.tol,
-                                   window=args.window, batch_contexts=args.batch_contexts)
+                                   window=args.window, lr_drops=args.lr_drops,
+                                   batch_contexts=args.batch_contexts)
         overrides: dict[str, dict[str, str]] = {}
         for head, key, value in args.overrides:
             overrides.setdefault(head, {})[key] = value

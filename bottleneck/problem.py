@@ -144,6 +144,10 @@ class FitSettings:
     # f became non-linear (M = 10,000, D = 8: at step 48, at the Softmax's KL).
     tol: float = 1e-4
     window: int = 20
+    # Adam at a constant lr ends in a band of oscillation whose width grows with lr (the
+    # monotone network's KL went up and down by ~1% there). On each stall the lr is divided by
+    # 10, at most `lr_drops` times, before the fit counts as converged.
+    lr_drops: int = 2
     batch_contexts: int = 1000   # contexts per chunk of the full-batch gradient (memory only)
 
     def __post_init__(self):
@@ -151,6 +155,7 @@ class FitSettings:
                   ("max_steps", self.max_steps >= 1, "an integer >= 1"),
                   ("tol", self.tol >= 0 and math.isfinite(self.tol), "a finite value >= 0"),
                   ("window", self.window >= 1, "an integer >= 1"),
+                  ("lr_drops", self.lr_drops >= 0, "an integer >= 0"),
                   ("batch_contexts", self.batch_contexts >= 1, "an integer >= 1")]
         for name, ok, expected in checks:
             if not ok:
@@ -189,14 +194,17 @@ def fit(model: SyntheticModel, targets: torch.Tensor, settings: FitSettings,
 
     Each step's gradient is the exact full-batch gradient, accumulated over chunks of
     `batch_contexts` contexts so that memory stays bounded; the loss of that pass decides the
-    stopping rule (mean KL = cross-entropy - H(P*), relative decrease over `window` steps).
+    stopping rule (mean KL = cross-entropy - H(P*), relative decrease over `window` steps; on a
+    stall the lr is first divided by 10, `lr_drops` times). The metrics are those of the
+    parameters after the last step.
     """
     start = time.perf_counter()
     n = targets.shape[0]
     mean_entropy = float(entropy(targets).mean())
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
-    history: list[float] = []
+    history: list[float] = []    # mean KL since the last lr drop
     converged = False
+    drops = 0
     model.train()
     for step in range(1, settings.max_steps + 1):
         optimizer.zero_grad(set_to_none=True)
@@ -215,8 +223,13 @@ def fit(model: SyntheticModel, targets: torch.Tensor, settings: FitSettings,
         if len(history) > settings.window:
             before = history[-1 - settings.window]
             if before - kl < settings.tol * abs(kl):
-                converged = True
-                break
+                if drops == settings.lr_drops:
+                    converged = True
+                    break
+                drops += 1
+                for group in optimizer.param_groups:
+                    group["lr"] *= 0.1
+                history.clear()
     model.eval()
     matched, mean_kl = evaluate(model, targets, settings.batch_contexts)
     return FitResult(matched, mean_kl, step, converged, time.perf_counter() - start)

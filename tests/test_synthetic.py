@@ -146,8 +146,24 @@ def test_stopping_rule_and_step_limit():
     targets = sample_targets(20, 10, 0.1, seed=0)
     capped = _fit("softmax", targets, 2, lr=0.05, max_steps=7, tol=0.0)
     assert (capped.steps, capped.converged) == (7, False)
-    stalled = _fit("softmax", targets, 2, lr=0.05, max_steps=500, tol=10.0, window=3)
+    stalled = _fit("softmax", targets, 2, lr=0.05, max_steps=500, tol=10.0, window=3, lr_drops=0)
     assert (stalled.steps, stalled.converged) == (4, True)     # the first step the rule can see
+    # Each lr drop starts the window afresh: 4 steps, drop, 4 steps, drop, 4 steps.
+    dropped = _fit("softmax", targets, 2, lr=0.05, max_steps=500, tol=10.0, window=3, lr_drops=2)
+    assert (dropped.steps, dropped.converged) == (12, True)
+
+
+def test_lr_drops_divide_the_learning_rate_by_ten_on_each_stall(monkeypatch):
+    seen = []
+    original = torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    targets = sample_targets(20, 10, 0.1, seed=0)
+    _fit("softmax", targets, 2, lr=0.05, max_steps=500, tol=10.0, window=3, lr_drops=2)
+    assert seen == pytest.approx([0.05] * 4 + [0.005] * 4 + [0.0005] * 4)
 
 
 def test_chunking_is_only_a_memory_matter():
