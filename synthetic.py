@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -173,6 +174,14 @@ def main(argv=None) -> int:
     rows: list[Row] = []
     cells = len(args.alpha) * len(args.words) * len(args.seeds) * len(args.dims) * len(args.heads)
     bar = tqdm(total=cells, unit="fit", file=sys.stderr, dynamic_ncols=True)
+    last_shown = [0.0]
+
+    def show_step(step: int, kl: float) -> None:
+        # A fit of M = 10,000 can take an hour: its step and KL are shown, once a second at most.
+        now = time.monotonic()
+        bar.set_postfix_str(f"step {step} KL {kl:.4f}", refresh=now - last_shown[0] >= 1.0)
+        if now - last_shown[0] >= 1.0:
+            last_shown[0] = now
     for alpha in args.alpha:
         for words in args.words:
             for seed in args.seeds:
@@ -185,9 +194,7 @@ def main(argv=None) -> int:
                         model = SyntheticModel(SYNTHETIC_HEADS[head], options[head],
                                                args.contexts, words, dim).to(device)
                         try:
-                            result = fit(model, targets, fit_settings,
-                                         lambda step, kl: bar.set_postfix_str(
-                                             f"step {step} KL {kl:.4f}", refresh=False))
+                            result = fit(model, targets, fit_settings, show_step)
                         except FloatingPointError as error:
                             print(f"synthetic.py: {where}: {error}; try a smaller --lr",
                                   file=sys.stderr)
