@@ -257,7 +257,21 @@ def test_every_head_works_with_both_methods(name, small_data):
                                                       *head_overrides(name)])
     corpus = load_corpus("ptb", small_data, allow_modified=True)
     torch.manual_seed(0)
-    model = build_model(config, corpus.vocab_size).eval()
+    model = build_model(config, corpus.vocab_size)
+    # A tiny trained model: a few SGD steps on the training slice, so that the weights (and
+    # PLIF's slopes, MoS's prior) have moved away from their initial values.
+    train = batchify(corpus.train[:400], 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    losses = []
+    for start in range(0, min(len(train) - 21, 160), 20):
+        ids, targets = train[start:start + 20], train[start + 1:start + 21]
+        loss = -model(ids, model.init_hidden(4), targets).target_log_probs.mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    model.eval()
     source = batchify(corpus.test[:60], 1)
     out = model(source[:5], model.init_hidden(1))      # in eval mode the head sees the cache's h
     assert torch.equal(out.dropped_output, out.last_raw_output)
