@@ -125,8 +125,9 @@ def write_figures(rows: list[Row], out: Path) -> list[Path]:
         vocab_sizes = sorted({r.words for r in rows if r.alpha == alpha})
         for metric, title, name in (("mode_match", "contexts whose mode matches (%)", "mode_match"),
                                     ("kl", "mean KL(P*||Q) (nats)", "kl")):
+            # sharex: a panel whose grid was only partly run still spans every D of the others
             fig, axes = plt.subplots(1, len(vocab_sizes), figsize=(4.2 * len(vocab_sizes), 3.4),
-                                     squeeze=False)
+                                     squeeze=False, sharex=True)
             for ax, words in zip(axes[0], vocab_sizes):
                 for head in heads:
                     dims = sorted({d for (a, m, d, h) in groups if (a, m, h) == (alpha, words, head)})

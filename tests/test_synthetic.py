@@ -244,6 +244,19 @@ def test_figures_one_per_metric_and_alpha(tmp_path):
     assert all(p.stat().st_size > 5000 for p in paths)
 
 
+def test_figure_panels_share_the_d_axis_when_one_m_was_only_partly_run(tmp_path, monkeypatch):
+    import bottleneck.report as report
+    figures = []
+    monkeypatch.setattr(report, "save", lambda fig, path: figures.append(fig))
+    partial = [Row(0.1, 500, 4, 40, "softmax", "Softmax", 0, 5.0, 1.7, 20, True, 0.1)]
+    write_figures(_rows() + partial, tmp_path)     # M = 50 has D 4 and 8, M = 500 only D 4
+    assert len(figures) == 2
+    for fig in figures:
+        full, part = fig.axes[:2]
+        assert part.get_title().startswith("M = 500")
+        assert part.get_xlim() == full.get_xlim() and full.get_xlim()[1] > 8
+
+
 # --- the command line --------------------------------------------------------------------------------
 
 def _synthetic(*args, **kwargs):
