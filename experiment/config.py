@@ -50,7 +50,8 @@ class DataConfig:
 class ModelConfig:
     emsize: int                # d_emb: embedding size = tied decoder row size
     nhid: int                  # hidden size of the inner LSTM layers
-    nhidlast: int              # output size of the last LSTM layer (= emsize for linear heads)
+    nhidlast: Optional[int]    # output size of the last LSTM layer (= emsize for linear heads);
+                               # null: the same as emsize, so that a grid over emsize moves both
     nlayers: int = 3
     dropout: float = 0.4       # locked dropout on the last layer's output
     dropouth: float = 0.3      # locked dropout between LSTM layers
@@ -60,6 +61,8 @@ class ModelConfig:
     emb_noise: float = 0.0     # std of Gaussian noise on the embedding output in training; 0: off
 
     def __post_init__(self):
+        if self.nhidlast is None:          # resolved here: the saved config holds the number
+            object.__setattr__(self, "nhidlast", self.emsize)
         for name in ("emsize", "nhid", "nhidlast", "nlayers"):
             _positive(name, getattr(self, name))
         for name in ("dropout", "dropouth", "dropouti", "dropoute", "wdrop"):
