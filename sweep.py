@@ -9,6 +9,7 @@ own directory.
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
     python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 runs at a time a GPU
+    python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2       # 2 runs at a time on the CPU cores
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
         --sbatch=--gres=gpu:1 --submit
 
@@ -16,6 +17,10 @@ Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. R
 same command continues interrupted runs and skips finished ones (see launch/runs.py). A plan
 (launch/plans.py, the files in sweeps/) names its configs, seeds, grids, what runs after training
 and its report commands; every option below applies to it too, except those a plan gives itself.
+An experiment of a plan with `finetune_best` has a second stage: once all its runs are trained
+and evaluated, the sweep finetunes the one with the best validation perplexity and evaluates
+it (local, --jobs and gpus modes; a Slurm array trains the first stage, and `python sweep.py
+PLAN` afterwards runs the second).
 """
 from __future__ import annotations
 
@@ -27,9 +32,10 @@ from pathlib import Path
 
 from experiment.config import ConfigError
 from launch import LaunchError
-from launch.modes import slurm_script, summary, sweep_gpus, sweep_local, visible_gpus
+from launch.modes import slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local, visible_gpus
 from launch.plans import Plan, is_plan, load_plan
-from launch.runs import Experiment, describe, parse_grid, pending_commands, plan_runs, rank_analysis
+from launch.runs import (Experiment, describe, finetune_runs, parse_grid, pending_commands, plan_runs,
+                         rank_analysis)
 
 
 def parse_args(argv=None):
@@ -55,6 +61,10 @@ def parse_args(argv=None):
                         help="local: one run after another; gpus: runs on the local GPUs in parallel "
                              "(--runs-per-gpu at a time on each); "
                              "slurm: write (and with --submit submit) an sbatch job array")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="local mode: N runs at a time, each with an equal share of the CPU cores "
+                             "as its threads, output to DIR/sweep.log (default 1: one after another "
+                             "in this terminal)")
     parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
                         help="gpus mode: keep K runs at a time on each GPU (default 1)")
@@ -77,6 +87,10 @@ def parse_args(argv=None):
         parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
     if args.mode != "gpus" and (args.gpus or args.runs_per_gpu != 1):
         parser.error("--gpus and --runs-per-gpu belong to --mode gpus")
+    if args.jobs != 1 and args.mode != "local":
+        parser.error("--jobs belongs to --mode local (on GPUs: --runs-per-gpu)")
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
     if args.limit is not None and args.limit < 1:
@@ -111,12 +125,15 @@ def out_folder(args) -> Path:
     return Path(args.out) if args.out else args.plan.out
 
 
-def print_plan(runs) -> None:
-    for run in runs:
+def print_plan(runs, finetunes=(), waiting=()) -> None:
+    for tag, run in [(f"[{r.index + 1}/{r.count}]", r) for r in runs] + \
+                    [(f"[finetune {r.index + 1}/{r.count}]", r) for r in finetunes]:
         commands = pending_commands(run)
-        print(f"# [{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
+        print(f"# {tag} {run.dir}: {describe(run, commands)}")
         for command in commands:
             print(shlex.join(command))
+    for line in waiting:
+        print(f"# then {line}")
     total = runs[0].count if runs else 0
     print(f"# {total} run{'s' * (total != 1)} planned" if len(runs) == total
           else f"# {len(runs)} of {total} planned runs")
@@ -156,6 +173,15 @@ def write_slurm(args, runs) -> int:
     return 0
 
 
+def run_all(args, runs) -> dict[str, str]:
+    """Run `runs` in the chosen mode; their outcomes by run directory."""
+    if not runs:
+        return {}
+    if args.mode == "gpus":
+        return sweep_gpus(runs, args.gpus.split(",") if args.gpus else visible_gpus(), args.runs_per_gpu)
+    return sweep_jobs(runs, args.jobs) if args.jobs > 1 else sweep_local(runs)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     config_path = Path(args.config)
@@ -179,14 +205,16 @@ def main(argv=None) -> int:
             runs = [runs[args.task]]
         if args.mode == "slurm":
             return write_slurm(args, runs)
+        second_stage = args.task is None
         if args.dry_run:
-            print_plan(runs)
+            print_plan(runs, *(finetune_runs(runs) if second_stage else ((), ())))
             return 0
-        if args.mode == "gpus":
-            gpus = args.gpus.split(",") if args.gpus else visible_gpus()
-            outcomes = sweep_gpus(runs, gpus, args.runs_per_gpu)
-        else:
-            outcomes = sweep_local(runs)
+        outcomes = run_all(args, runs)
+        if second_stage:
+            finetunes, waiting = finetune_runs(runs)
+            outcomes.update(run_all(args, finetunes))
+            for line in waiting:
+                print(f"not run: {line}")
     except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -49,7 +49,7 @@ from experiment.distributed import DistributedError, World, exit_process
 from experiment.evaluation import evaluate_nll, perplexity
 from experiment.loading import set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
-from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
+from experiment.run_directory import RunDirectoryError, RunLock, finetune_overrides, write_text_atomic
 from launch.runs import run_name
 from model import build_model, count_parameters
 
@@ -467,9 +467,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
         return config, run_dir, ckpt
     if args.finetune:
         source = Path(args.finetune)
-        finetune = [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
-                    "train.early_stop_nonmono=true", f"run.dir={source / 'finetune'}"]
-        config = load_config(source / "config.yaml", finetune + list(args.overrides))
+        config = load_config(source / "config.yaml", finetune_overrides(source) + list(args.overrides))
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
     if config.run.dir:

@@ -27,6 +27,18 @@ class RunDirectoryError(Exception):
     """A run directory that cannot be used or written; str(error) is one line."""
 
 
+FINETUNE_DIR = "finetune"
+
+
+def finetune_overrides(source: Path) -> list[str]:
+    """What makes a trained run's config (SOURCE/config.yaml) its finetuning ([AWD] finetune.py):
+    start from its best weights, average from the first step, stop when the validation loss no
+    longer improves (the NT rule), in SOURCE/finetune. `train.py --finetune SOURCE` and the
+    sweep's finetuning of a plan's best run both use it."""
+    return [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
+            "train.early_stop_nonmono=true", f"run.dir={source / FINETUNE_DIR}"]
+
+
 def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 

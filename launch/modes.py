@@ -1,6 +1,6 @@
 """The ways to run many planned runs, each through `runs.process` (train -> evaluate -> rank):
-one after another in this terminal, K at a time on each GPU in parallel (output to
-DIR/sweep.log), or a Slurm job array whose task i runs the i-th planned run.
+one after another in this terminal, N at a time on this machine's cores or K at a time on each
+GPU (output to DIR/sweep.log), or a Slurm job array whose task i runs the i-th planned run.
 """
 from __future__ import annotations
 
@@ -37,24 +37,54 @@ def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: in
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
     if runs_per_gpu < 1:
         raise LaunchError(f"--runs-per-gpu: expected an integer >= 1, got {runs_per_gpu}")
+    workers = [(f"[gpu {gpu}]", {**os.environ, "CUDA_VISIBLE_DEVICES": gpu})
+               for gpu in gpus for _ in range(runs_per_gpu)]
+    return run_in_parallel(runs, workers)
+
+
+def cpu_count() -> int:
+    """The cores this process may use (its affinity, as taskset or a Slurm allocation sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                     # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_share(jobs: int, cores: int) -> int:
+    """Threads for each of `jobs` runs at once on `cores` cores: an equal share, at least one."""
+    return max(1, cores // jobs)
+
+
+def sweep_jobs(runs: Sequence[PlannedRun], jobs: int) -> dict[str, str]:
+    """`jobs` runs at a time on this machine, each with its share of the cores as its torch
+    threads (OMP_NUM_THREADS): on a CPU several small runs use the cores better than one
+    (benchmarks/bench_parallel.py); output goes to DIR/sweep.log."""
+    if jobs < 1:
+        raise LaunchError(f"--jobs: expected an integer >= 1, got {jobs}")
+    threads = str(thread_share(jobs, cpu_count()))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    return run_in_parallel(runs, [(f"[job {i + 1}]", env) for i in range(jobs)])
+
+
+def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dict]]) -> dict[str, str]:
+    """One thread per (tag, environment) worker, each taking the next waiting run until none is
+    left; each run's output goes to DIR/sweep.log, its outcome to this terminal."""
     waiting: queue.Queue = queue.Queue()
     for run in runs:
         waiting.put(run)
     outcomes: dict[str, str] = {}
 
-    def worker(gpu: str) -> None:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+    def worker(tag: str, env: dict) -> None:
         while True:
             try:
                 run = waiting.get_nowait()
             except queue.Empty:
                 return
-            outcome = process(run, f"[gpu {gpu}]", env, log_to_run_dir=True)
+            outcome = process(run, tag, env, log_to_run_dir=True)
             outcomes[str(run.dir)] = outcome
-            print(f"[gpu {gpu}] {run.dir}: {outcome}", flush=True)
+            print(f"{tag} {run.dir}: {outcome}", flush=True)
 
-    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True)
-               for gpu in gpus for _ in range(runs_per_gpu)]
+    threads = [threading.Thread(target=worker, args=worker_args, daemon=True) for worker_args in workers]
     for thread in threads:
         thread.start()
     for thread in threads:

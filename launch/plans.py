@@ -16,6 +16,10 @@ the runs into the table or figure:
         overrides: [train.asgd_trigger=nt]
         grid: {head.c: [-1, 0], head.k: [2, 3]}
         seeds: [config]                  # replaces the plan's seeds for this experiment
+      - config: configs/ptb/mos.yaml
+        finetune_best:                   # once all its runs are evaluated: train.py --finetune
+          overrides: [train.epochs=3]    # the one with the best validation ppl (into RUN/finetune),
+          evaluate: [--cache, --dynamic] # then evaluate.py on it, plain and with each option list
     report:                              # report.py arguments; {out}: the plan's folder,
       - table --paper table2 {out} --out {out}/table2     # {runs}: the folder that holds it
 
@@ -31,10 +35,11 @@ from pathlib import Path
 
 from experiment.config import ConfigError, load_config, read_yaml
 from . import LaunchError
-from .runs import Analysis, Experiment, rank_analysis, yaml_scalar
+from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
 
 PLAN_KEYS = {"title", "out", "seeds", "rank", "robustness", "experiments", "report"}
-EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness"}
+EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness", "finetune_best"}
+FINETUNE_KEYS = {"overrides", "evaluate"}
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,22 @@ def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     # An experiment's own rank / robustness options replace the plan's (both keys together).
     own = {"rank", "robustness"} & set(entry)
     analyses = _analyses(entry, f"{where}.", fail) if own else _analyses(plan, "", fail)
+    finetune = _finetune_best(entry["finetune_best"], f"{where}.finetune_best", fail) \
+        if "finetune_best" in entry else None
     return Experiment(config, overrides,
                       tuple((key, tuple(yaml_scalar(v) for v in values)) for key, values in grid.items()),
-                      seeds, analyses)
+                      seeds, analyses, finetune)
+
+
+def _finetune_best(entry, where: str, fail) -> FinetuneBest:
+    if not isinstance(entry, dict):
+        raise fail(where, "a mapping with overrides and evaluate", entry)
+    unknown = sorted(set(entry) - FINETUNE_KEYS)
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(FINETUNE_KEYS))}", unknown[0])
+    overrides = tuple(_strings(entry.get("overrides", []), f"{where}.overrides", fail))
+    for text in overrides:
+        if text.split("=", 1)[0].strip() in ("run.dir", "train.init_from"):
+            raise fail(f"{where}.overrides", "no run.dir or train.init_from (the finetuning sets them)", text)
+    methods = _strings(entry.get("evaluate", []), f"{where}.evaluate", fail)
+    return FinetuneBest(overrides, tuple(evaluate_analysis(shlex.split(text)) for text in methods))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from typing import IO, Sequence
 
 import yaml
 
-from experiment.config import Config, load_config, parse_override
+from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.progress import TrainingProgress
+from experiment.run_directory import FINETUNE_DIR, finetune_overrides
 from . import LaunchError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +57,23 @@ def rank_analysis(rank_args: Sequence[str], robustness: bool = False) -> Analysi
     return Analysis("rank", args, f"rank_{split}.json")
 
 
+def evaluate_analysis(evaluate_args: Sequence[str]) -> Analysis:
+    """evaluate.py with these options: its result is eval_best_<method>.json for --cache (and
+    --cache-search) and --dynamic, eval_best.json without a method."""
+    args = tuple(evaluate_args)
+    method = next((m for m in ("cache", "dynamic") if any(a.startswith(f"--{m}") for a in args)), None)
+    return Analysis("evaluate", args, f"eval_best_{method}.json" if method else "eval_best.json")
+
+
+@dataclass(frozen=True)
+class FinetuneBest:
+    """After all of an experiment's runs: finetune the one with the lowest validation perplexity
+    (train.py --finetune, into RUN/finetune) and evaluate the finetuned model with `analyses`
+    (e.g. the neural cache and dynamic evaluation), as [AWD] and [MoS] do with their best model."""
+    overrides: tuple[str, ...] = ()             # for the finetuning, e.g. train.epochs=3
+    analyses: tuple[Analysis, ...] = ()         # after its plain evaluate.py
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One config over seeds and a grid of overrides: what `sweep.py CONFIG` runs; a plan file
@@ -64,6 +83,7 @@ class Experiment:
     grid: tuple[tuple[str, tuple[str, ...]], ...] = ()      # (key, values): their cartesian product
     seeds: tuple[int, ...] | None = None                     # None: the config's own seed
     analyses: tuple[Analysis, ...] = ()                      # run after evaluate.py (rank.py, ...)
+    finetune_best: FinetuneBest | None = None                # the second stage, after all its runs
 
 
 @dataclass(frozen=True)
@@ -74,8 +94,11 @@ class PlannedRun:
     dir: Path
     config_path: Path
     overrides: tuple[str, ...]   # after the config: the sweep's, the grid point's, seed, run.dir
+                                 # (a finetuning: its own, after what --finetune sets)
     config: Config               # resolved, to validate before anything starts
     analyses: tuple[Analysis, ...] = ()   # what runs on it after training and evaluate.py
+    experiment: Experiment | None = None  # the experiment it belongs to
+    finetune_of: Path | None = None       # the trained run it finetunes (train.py --finetune)
 
 
 # ---------------------------------------------------------------------- planning
@@ -138,8 +161,46 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
         run_dir = out / run_name(dataset, config_path, point, seed)
         full = (*base, f"run.dir={run_dir}")
         runs.append(PlannedRun(0, 0, run_dir.name, run_dir, config_path, full,
-                               load_config(config_path, full), experiment.analyses))
+                               load_config(config_path, full), experiment.analyses, experiment))
     return runs
+
+
+def validation_ppl(run: PlannedRun) -> float | None:
+    """The validation perplexity evaluate.py measured on the run's best.pt, once it has."""
+    path = run.dir / "eval_best.json"
+    if not (is_finished(run) and is_fresh(path, run.dir / "best.pt")):
+        return None
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["val_ppl"])
+    except (ValueError, KeyError, TypeError):
+        raise LaunchError(f"{path}: no val_ppl in it; run python evaluate.py {run.dir} again") from None
+
+
+def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[str]]:
+    """The second stage of the experiments that have one: for each, the finetuning of its run
+    with the lowest validation perplexity, as a run in BEST/finetune (the source's config with
+    `finetune_overrides`); and, for those whose runs are not all evaluated yet, what they wait for."""
+    ready, waiting = [], []
+    experiments = list(dict.fromkeys(run.experiment for run in runs
+                                     if run.experiment is not None and run.experiment.finetune_best))
+    for experiment in experiments:
+        members = [run for run in runs if run.experiment is experiment]
+        scores = [validation_ppl(run) for run in members]
+        if None in scores:
+            left = sum(score is None for score in scores)
+            waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: "
+                           f"waits for {left} of them to be trained and evaluated")
+            continue
+        best = min(zip(scores, (run.index for run in members), members))[2]
+        overrides = experiment.finetune_best.overrides
+        try:
+            config = load_config(best.dir / "config.yaml", [*finetune_overrides(best.dir), *overrides])
+        except ConfigError as e:
+            raise LaunchError(f"finetune_best of {experiment.config}: {e}") from None
+        ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", best.dir / FINETUNE_DIR,
+                                best.dir / "config.yaml", overrides, config,
+                                experiment.finetune_best.analyses, finetune_of=best.dir))
+    return [dataclasses.replace(run, index=i, count=len(ready)) for i, run in enumerate(ready)], waiting
 
 
 # ---------------------------------------------------------------------- what is left to do
@@ -213,7 +274,8 @@ def pending_commands(run: PlannedRun) -> list[list[str]]:
     py = sys.executable
     commands = []
     if not (run.dir / "last.pt").is_file():
-        commands.append([py, str(SCRIPTS["train"]), str(run.config_path), *run.overrides])
+        source = ["--finetune", str(run.finetune_of)] if run.finetune_of else [str(run.config_path)]
+        commands.append([py, str(SCRIPTS["train"]), *source, *run.overrides])
     else:
         check_same_run(run)
         if not is_finished(run):

@@ -9,12 +9,14 @@ their main(), which parse exactly the argv the sweep would give the scripts).
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import evaluate
 import rank
@@ -31,11 +33,13 @@ TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become 
 
 
 def readme_plan_rows() -> dict[str, int]:
-    """plan file -> number of runs, from README's "Reproducing the paper" table."""
+    """plan file -> number of runs, from README's tables of plans ("Reproducing the paper" and
+    "Results on a CPU")."""
     readme = Path("README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Reproducing the paper\n", 1)[1].split("\n## ", 1)[0]
+    sections = [readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+                for title in ("Reproducing the paper", "Results on a CPU")]
     rows = {}
-    for line in section.splitlines():
+    for line in "\n".join(sections).splitlines():
         match = re.match(r"\|[^|]*\| `python sweep.py (sweeps/\S+\.yaml)` \| ([\d,]+) \|", line)
         if match:
             rows[match.group(1)] = int(match.group(2).replace(",", ""))
@@ -101,7 +105,11 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
     loaded = load_plan(plan)
     runs = tmp_path / "runs"
-    small = [f"data.data_dir={plan_data}", *TINY, "train.epochs=1", "train.small_batch_size=null",
+    # A key a plan varies (the CPU plans' model.emsize, which nhidlast follows) keeps the plan's values.
+    varied = {key for e in loaded.experiments for key, _ in e.grid}
+    tiny = [o for o in TINY if o.split("=", 1)[0] not in varied]
+    tiny += ["model.nhidlast=null"] if "model.emsize" in varied else []
+    small = [f"data.data_dir={plan_data}", *tiny, "train.epochs=1", "train.small_batch_size=null",
              "--limit", str(LIMITS.get(plan.stem, 1))]
     # The plans whose reports read other plans' runs get those (small) runs too.
     needs = {"sb_sm_tables10_11": ["sb_table2_ptb", "sb_table2_wt2"],
@@ -113,7 +121,9 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
     assert sweep.main([str(plan), *small, "--out", str(out)]) == 0
     planned = launch_runs.plan_runs(loaded.experiments, out, small[:-2], None, LIMITS.get(plan.stem, 1))
     assert planned
-    for run in planned:                    # trained, evaluated, and each analysis wrote its result
+    finetuned, waiting = launch_runs.finetune_runs(planned)
+    assert not waiting and len(finetuned) == sum(bool(e.finetune_best) for e in loaded.experiments)
+    for run in planned + finetuned:        # trained, evaluated, and each analysis wrote its result
         for result in ("best.pt", "eval_best.json", *(a.result for a in run.analyses)):
             assert (run.dir / result).is_file(), (run.dir, result)
     capsys.readouterr()
@@ -162,6 +172,13 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
      "key 'title' is written twice"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.nope=1]}]\n",
      "unknown key train.nope"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, finetune_best: [a]}]\n",
+     "experiments[0].finetune_best: expected a mapping with overrides and evaluate"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, finetune_best: {epochs: 3}}]\n",
+     "experiments[0].finetune_best.epochs: expected one of evaluate, overrides"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, "
+     "finetune_best: {overrides: [run.dir=x]}}]\n",
+     "finetune_best.overrides: expected no run.dir or train.init_from (the finetuning sets them)"),
 ])
 def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     plan = tmp_path / "plan.yaml"
@@ -190,3 +207,36 @@ def test_dry_run_names_every_run_of_a_plan(capsys):
     assert names == ["ptb-mos-head.dropoutl=0.145-seed28", "ptb-mos-head.dropoutl=0.0-seed28",
                      "wikitext-2-mos-head.dropoutl=0.145-seed1881",
                      "wikitext-2-mos-head.dropoutl=0.0-seed1881"]
+
+
+def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evaluates_it(
+        plan_data, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None: calls.append(c) or in_process(c))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\nseeds: [1, 2, 3]\nexperiments:\n"
+                    "  - config: configs/ptb/softmax.yaml\n"
+                    "    finetune_best: {overrides: [train.epochs=2], evaluate: ['--cache --cache-window 20']}\n",
+                    encoding="utf-8")
+    out = tmp_path / "runs"
+    argv = [str(plan), f"data.data_dir={plan_data}", *TINY, "train.epochs=1", "--out", str(out)]
+    assert sweep.main([*argv, "--dry-run"]) == 0
+    assert "# then finetuning the best of 3 configs/ptb/softmax.yaml runs: waits for 3 of them" \
+        in capsys.readouterr().out
+    assert sweep.main(argv) == 0
+    val = {s: json.loads((out / f"ptb-softmax-seed{s}" / "eval_best.json").read_text())["val_ppl"]
+           for s in (1, 2, 3)}
+    best = min(val, key=val.get)
+    finetuned = out / f"ptb-softmax-seed{best}" / "finetune"
+    assert [s for s in (1, 2, 3) if (out / f"ptb-softmax-seed{s}" / "finetune").exists()] == [best]
+    saved = yaml.safe_load((finetuned / "config.yaml").read_text())
+    assert saved["train"]["init_from"] == str(out / f"ptb-softmax-seed{best}" / "best.pt")
+    assert (saved["train"]["asgd_trigger"], saved["train"]["early_stop_nonmono"], saved["train"]["epochs"]) \
+        == ("start", True, 2)
+    cache = json.loads((finetuned / "eval_best_cache.json").read_text())
+    assert cache["method"] == "cache" and cache["settings"]["window"] == 20
+    assert (finetuned / "eval_best.json").is_file()
+    assert [Path(c[1]).name for c in calls[-3:]] == ["train.py", "evaluate.py", "evaluate.py"]
+    calls.clear()
+    assert sweep.main(argv) == 0                   # done: nothing runs again
+    assert calls == []

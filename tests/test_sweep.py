@@ -22,6 +22,7 @@ import evaluate
 import sweep
 import train
 from launch import LaunchError
+from launch import modes as launch_modes
 from launch import runs as launch_runs
 from launch.runs import parse_grid, run_command, run_name
 from tests.conftest import TINY
@@ -284,3 +285,48 @@ def test_train_names_its_default_run_directory_by_the_sweeps_rule(config, small_
     resolved = yaml.safe_load(capsys.readouterr().out.rsplit("\n", 2)[0])
     assert resolved["run"]["dir"] == str(Path("runs") / run_name("ptb", Path(config), (), 9))
     assert resolved["run"]["dir"] == f"runs/ptb-{Path(config).stem}-seed9"
+
+
+# ---------------------------------------------------------------------- several runs on the CPU
+
+def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_path, monkeypatch, capsys):
+    busy = {"now": 0, "peak": 0}
+    threads: list[str] = []
+    lock = threading.Lock()
+
+    def fake(command, env=None, log=None) -> int:
+        with lock:
+            busy["now"] += 1
+            busy["peak"] = max(busy["peak"], busy["now"])
+            threads.append((env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]))
+        log.write("output\n")
+        time.sleep(0.3)                 # long enough for the jobs to overlap
+        with lock:
+            busy["now"] -= 1
+        return 0
+
+    monkeypatch.setattr(launch_runs, "run_command", fake)
+    monkeypatch.setattr(launch_modes, "cpu_count", lambda: 4)
+    out = tmp_path / "jobs"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "3", "4", "5", "--out", str(out),
+                       "--jobs", "2"]) == 0
+    assert busy["peak"] == 2                          # two at a time, never three
+    assert set(threads) == {("2", "2")} and len(threads) == 5   # 4 cores / 2 jobs
+    assert "5 incomplete" in capsys.readouterr().out
+    assert all((out / f"ptb-softmax-seed{s}" / "sweep.log").read_text() == "output\n" for s in range(1, 6))
+    # more jobs than cores: one thread each
+    threads.clear()
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(tmp_path / "j5"), "--jobs", "5"]) == 0
+    assert threads == [("1", "1")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "0"], "--jobs: expected an integer >= 1, got 0"),
+    (["--jobs", "two"], "--jobs: invalid int value: 'two'"),
+    (["--jobs", "2", "--mode", "gpus"], "--jobs belongs to --mode local (on GPUs: --runs-per-gpu)"),
+])
+def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--out", "x", *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
