@@ -11,6 +11,9 @@
     python report.py mos-rank runs/mos_k runs/mos_dropoutl --out results/figure5   # [SB] Figure 5
     python report.py robustness runs/ptb-mos-seed28 --out results/sm_tables14-16   # after rank.py --robustness
     python report.py published --out docs/published.md                        # the paper's numbers
+    python report.py curves results/cpu_ptb --out results/cpu_ptb/report/curves  # valid ppl by epoch
+    python report.py versus results/cpu_ptb --key model.emsize --out results/cpu_ptb/report/d_sweep
+    python report.py methods results/cpu_ptb --out results/cpu_ptb/report/methods  # plain/cache/dynamic
 
 A RUN argument is a run directory or a folder searched for run directories. Each command writes
 its files under the --out prefix (PREFIX.md, and PREFIX.png / PREFIX.csv as it says) and prints
@@ -91,6 +94,26 @@ def parse_args(argv=None):
         sub.add_argument("runs", nargs="+", help="run directories or folders holding them")
         sub.add_argument("--out", required=True, help="output prefix, e.g. results/figure2")
 
+    curves = commands.add_parser("curves", help="validation ppl against epoch, one line per head (mean "
+                                                "over its runs, their range shaded), the ASGD switch "
+                                                "marked (PREFIX.png, .md)")
+    curves.add_argument("runs", nargs="+", help="run directories or folders holding them")
+    curves.add_argument("--out", required=True, help="output prefix, e.g. results/curves")
+    curves.add_argument("--group-by", action="append", default=[], metavar="KEY",
+                        help="also one line per value of this config key, e.g. model.emsize")
+
+    versus = commands.add_parser("versus", help="test ppl and Press rank against a config key, one "
+                                                "line per head (PREFIX.png, .md, .csv)")
+    versus.add_argument("runs", nargs="+", help="run directories or folders holding them")
+    versus.add_argument("--key", required=True, help="the config key on the x axis, e.g. model.emsize")
+    versus.add_argument("--out", required=True, help="output prefix, e.g. results/d_sweep")
+
+    methods = commands.add_parser("methods", help="valid / test ppl plain, with the neural cache and "
+                                                  "with dynamic evaluation, before and after "
+                                                  "finetuning (PREFIX.md, .csv)")
+    methods.add_argument("runs", nargs="+", help="run directories or folders holding them")
+    methods.add_argument("--out", required=True, help="output prefix, e.g. results/methods")
+
     published = commands.add_parser("published", help="every number of [SB] the reports compare "
                                                        "against, as Markdown (docs/published.md)")
     published.add_argument("--out", help="also write the Markdown to this file")
@@ -119,6 +142,18 @@ def run(args) -> str:
                                 f"{paper_baseline}; leave --baseline out")
         return write_table(run_dirs, Path(args.out), args.group_by, args.baseline or "softmax",
                            args.exclude_from_t_test, args.paper)
+
+    if args.command == "curves":
+        from analysis.curves import write_curves
+        return write_curves(run_dirs, Path(args.out), args.group_by)
+
+    if args.command == "versus":
+        from analysis.versus import write_versus
+        return write_versus(run_dirs, args.key, Path(args.out))
+
+    if args.command == "methods":
+        from analysis.methods import write_methods
+        return write_methods(run_dirs, Path(args.out))
 
     if args.command == "correlation":
         from analysis.correlation import write_correlation

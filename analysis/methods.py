@@ -1,0 +1,53 @@
+"""The evaluation methods side by side (report.py methods): for each run that was finetuned
+or evaluated with a method, validation and test perplexity plain, with the neural cache and with
+dynamic evaluation, before and after finetuning (RUN/finetune)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from experiment.run_directory import FINETUNE_DIR
+from . import AnalysisError
+from .figures import prefixed
+from .runs import head_label, markdown_table, read_json, write_csv
+from .tables import read_run
+
+METHODS = (("plain", "eval_best.json"), ("cache", "eval_best_cache.json"),
+           ("dynamic", "eval_best_dynamic.json"))
+SPLITS = (("val_ppl", "valid"), ("test_ppl", "test"))
+
+
+def method_results(run_dir: Path) -> dict[str, dict]:
+    """method -> the JSON evaluate.py wrote for it in run_dir (methods not run are left out)."""
+    found = {method: read_json(run_dir / name) for method, name in METHODS}
+    return {method: results for method, results in found.items() if results is not None}
+
+
+def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
+    """PREFIX.md and PREFIX.csv; returns the Markdown."""
+    rows, csv_rows = [], []
+    for run_dir in run_dirs:
+        stages = [("trained", run_dir), ("finetuned", run_dir / FINETUNE_DIR)]
+        evaluated = [(stage, folder, method_results(folder)) for stage, folder in stages if folder.is_dir()]
+        if not any(set(found) - {"plain"} for _, _, found in evaluated) and len(evaluated) < 2:
+            continue                    # neither finetuned nor evaluated with a method
+        run = read_run(run_dir)
+        for stage, folder, found in evaluated:
+            cells = [f"{found[m][split]:.2f}" if m in found else "—"
+                     for split, _ in SPLITS for m, _ in METHODS]
+            rows.append([f"{head_label(run.head)} (seed {run.seed})", stage, *cells])
+            csv_rows.append([run.dataset, run.head, run.seed, stage,
+                             *(found[m][split] if m in found else None for split, _ in SPLITS for m, _ in METHODS)])
+    if not rows:
+        raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic")
+    header = ["run", "weights", *(f"{name} {m}" for _, name in SPLITS for m, _ in METHODS)]
+    text = ("# Plain, neural cache and dynamic evaluation\n\n" + markdown_table(header, rows)
+            + "\nPerplexity of each run's best.pt (trained) and of its finetuning's (RUN/finetune): "
+              "plain (eval_best.json), with the neural cache (eval_best_cache.json) and with dynamic "
+              "evaluation (eval_best_dynamic.json), at the settings each file records; — not run.\n")
+    prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
+    prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
+    write_csv(prefixed(out_prefix, ".csv"),
+              ["dataset", "head", "seed", "weights", *(f"{name}_{m}" for _, name in SPLITS for m, _ in METHODS)],
+              csv_rows)
+    return text

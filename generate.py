@@ -1,0 +1,83 @@
+"""Sample text from a trained model, word by word, as the AWD-LSTM repository's generate.py does.
+
+    python generate.py runs/ptb-softmax-seed141                       # 1000 words from best.pt
+    python generate.py runs/ptb-mos-seed28 --words 50 --temperature 0.8 --seed 7
+    python generate.py runs/x/last.pt --out sample.txt                # a checkpoint file
+
+The first word is drawn uniformly from the vocabulary; every next one from the model's
+distribution p(w | history) sharpened by the temperature, p^(1/T) renormalised (T = 1: the
+model's own; T -> 0: the most probable word). `<eos>` ends a line. The same checkpoint, seed and
+options give the same text (on one device). Nothing is written into the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from data import DataError
+from experiment.checkpoint import CheckpointError
+from experiment.config import ConfigError
+from experiment.loading import load_trained, select_device
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Sample text from a trained model.")
+    parser.add_argument("path", help="run directory (uses its best.pt) or checkpoint file")
+    parser.add_argument("--words", type=int, default=1000, help="number of words to sample (1000)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="> 0; below 1 the text keeps to likelier words (1.0)")
+    parser.add_argument("--seed", type=int, default=1111, help="random seed of the sampler (1111)")
+    parser.add_argument("--out", help="also write the text to this file")
+    parser.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto (cpu)")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's own)")
+    return parser.parse_args(argv)
+
+
+@torch.no_grad()
+def sample(model, vocab: list[str], words: int, temperature: float, generator: torch.Generator) -> str:
+    """`words` words from `model` (in eval mode), each drawn from p^(1/temperature)."""
+    device = next(model.parameters()).device
+    hidden = model.init_hidden(1)
+    word = torch.randint(len(vocab), (1, 1), generator=generator, device=generator.device).to(device)
+    out = []
+    for _ in range(words):
+        result = model(word, hidden)
+        hidden = result.hidden
+        weights = torch.softmax(result.log_probs[-1, 0].double() / temperature, dim=-1)
+        word = torch.multinomial(weights.to(generator.device), 1, generator=generator).view(1, 1).to(device)
+        token = vocab[word.item()]
+        out.append("\n" if token == "<eos>" else token + " ")
+    return "".join(out)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.words < 1:
+            raise ConfigError(f"--words: expected an integer >= 1, got {args.words}")
+        if not (0 < args.temperature < float("inf")):
+            raise ConfigError(f"--temperature: expected a number > 0, got {args.temperature}")
+        device = select_device(args.device, option="--device")
+        run = load_trained(args.path, device, args.data_dir)
+        # The sampler's stream lives on the CPU, so a seed gives the same words on any device
+        # whose model computes the same distributions.
+        generator = torch.Generator().manual_seed(args.seed)
+        text = sample(run.model, run.corpus.vocab, args.words, args.temperature, generator)
+    except (ConfigError, CheckpointError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(text.rstrip(" "))
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            print(f"error: --out {args.out}: cannot write ({e.strerror})", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""generate.py: word-by-word sampling from a trained model, for every head; reproducible by
+seed; nothing written into the run directory; bad input is one line and exit 2."""
+from __future__ import annotations
+
+import pytest
+
+import generate
+import train
+from model.heads import HEADS
+from tests.conftest import TINY, head_overrides
+
+
+def snapshot(folder):
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_every_head_samples_reproducibly_and_writes_nothing(head, small_data, tmp_path, capsys):
+    run = tmp_path / head
+    assert train.main(["configs/ptb/softmax.yaml", f"data.data_dir={small_data}", *TINY,
+                       *head_overrides(head), "train.epochs=1", f"run.dir={run}"]) == 0
+    before = snapshot(run)
+    capsys.readouterr()
+    texts = []
+    for seed in (3, 3, 4):
+        assert generate.main([str(run), "--words", "40", "--seed", str(seed)]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] != texts[2]          # the seed decides the text
+    # 40 words: each is a vocabulary word or <eos> (a line break)
+    vocab = set((small_data / "ptb" / "train.txt").read_text().split())
+    words = texts[0].replace("\n", " <eos> ").split()
+    assert len(words) in (40, 41) and set(words) <= vocab | {"<eos>"}
+    assert snapshot(run) == before                    # no checkpoint or file written
+
+
+def test_low_temperature_keeps_to_the_most_probable_word(tiny_run):
+    import torch
+    from experiment.loading import load_trained
+    run = load_trained(tiny_run, torch.device("cpu"))
+    ids = run.corpus.word_to_id()
+    cold = generate.sample(run.model, run.corpus.vocab, 30, 1e-4, torch.Generator().manual_seed(1))
+    sampled = torch.tensor([ids[w] for w in cold.replace("\n", " <eos> ").split()]).view(-1, 1)
+    # T -> 0: after the first (uniformly drawn) word, each word is the model's most probable one
+    # given the words before it
+    log_probs = run.model(sampled, run.model.init_hidden(1)).log_probs[:-1, 0]
+    assert torch.equal(log_probs.argmax(-1), sampled[1:, 0])
+    hot = generate.sample(run.model, run.corpus.vocab, 30, 1.0, torch.Generator().manual_seed(1))
+    assert hot.split()[0] == cold.split()[0] and hot != cold    # T = 1 samples: another text
+
+
+def test_the_text_goes_to_out_too(tiny_run, tmp_path, capsys):
+    out = tmp_path / "sample.txt"
+    assert generate.main([str(tiny_run), "--words", "12", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == out.read_text().rstrip(" ").rstrip("\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--words", "0"], "--words: expected an integer >= 1, got 0"),
+    (["--temperature", "0"], "--temperature: expected a number > 0, got 0.0"),
+    (["--temperature", "-1"], "--temperature: expected a number > 0, got -1.0"),
+    (["--temperature", "nan"], "--temperature: expected a number > 0, got nan"),
+    (["--temperature", "inf"], "--temperature: expected a number > 0, got inf"),
+    (["--device", "tpu"], "--device"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, tiny_run, capsys):
+    assert generate.main([str(tiny_run), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+def test_a_missing_run_is_one_line(tmp_path, capsys):
+    assert generate.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "nope" in err, err
