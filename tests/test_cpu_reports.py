@@ -1,0 +1,99 @@
+"""report.py curves, versus and methods (the CPU results' figures and tables) on run directories
+written by hand (no training)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+import report
+from tests.test_tables import make_run
+
+
+def cpu_run(root: Path, head: str, seed: int, d: int = 32, val_ppl=(500.0, 300.0, 250.0, 240.0),
+            switch_after: int | None = 2, **kwargs) -> Path:
+    """make_run's directory with model.emsize in its config and ASGD in its metrics."""
+    losses = [math.log(p) for p in val_ppl]
+    run = make_run(root, f"ptb-{head}-model.emsize={d}-seed{seed}", head, seed, val_losses=losses,
+                   seconds=(10.0,) * len(losses), epochs=len(losses), **kwargs)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"] = {"emsize": d, "nhidlast": d}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        r["optimizer"] = "ASGD" if switch_after is not None and r["epoch"] > switch_after else "SGD"
+        r["switched_to_asgd"] = r["epoch"] == switch_after
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def test_curves_draw_the_mean_and_range_per_head_with_the_switch(tmp_path, capsys):
+    root = tmp_path / "runs"
+    cpu_run(root, "softmax", 1, val_ppl=(500.0, 300.0, 250.0, 240.0))
+    cpu_run(root, "softmax", 2, val_ppl=(520.0, 320.0, 270.0, 260.0))
+    cpu_run(root, "mos", 1, val_ppl=(480.0, 290.0, 230.0))          # one epoch fewer
+    out = tmp_path / "report" / "curves"
+    assert report.main(["curves", str(root), "--out", str(out)]) == 0
+    text = (tmp_path / "report" / "curves.md").read_text()
+    assert (tmp_path / "report" / "curves.png").stat().st_size > 10_000
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| epoch | Softmax | MoS |"
+    assert lines[1] == "| 1 | 510.0 (500.0–520.0) | 480.0 |"
+    assert lines[3] == "| 3 | 260.0 (250.0–270.0) † | 230.0 † |"       # ASGD after epoch 2
+    assert lines[4] == "| 4 | 250.0 (240.0–260.0) † |  |"
+
+
+def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
+    root = tmp_path / "runs"
+    cpu_run(root, "softmax", 1, d=16, test_ppl=300.0, press_rank=18)
+    cpu_run(root, "softmax", 1, d=32, test_ppl=250.0, press_rank=34)
+    cpu_run(root, "softmax", 2, d=32, test_ppl=260.0, press_rank=34)
+    cpu_run(root, "mos", 1, d=16, test_ppl=280.0, press_rank=9000)
+    out = tmp_path / "versus"
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(out)]) == 0
+    text = (tmp_path / "versus.md").read_text()
+    assert "| Softmax | 300.00 | 255.00 ± 7.07 | 18 | 34 |" in text
+    assert "| MoS | 280.00 |  | 9,000 |  |" in text
+    with open(tmp_path / "versus.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["head"], r["model.emsize"], r["runs"], r["press_rank"]) for r in rows] == \
+        [("softmax", "16", "1", "18.0"), ("softmax", "32", "2", "34.0"), ("mos", "16", "1", "9000.0")]
+    assert (tmp_path / "versus.png").is_file()
+    # a key the runs do not have is one line
+    assert report.main(["versus", str(root), "--key", "model.nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "has no model.nope" in err
+
+
+def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):
+    root = tmp_path / "runs"
+    run = cpu_run(root, "softmax", 2, test_ppl=200.0)
+    (run / "eval_best.json").write_text(json.dumps({"val_ppl": 210.0, "test_ppl": 200.0}))
+    finetuned = run / "finetune"
+    finetuned.mkdir()
+    for name, (val, test) in {"eval_best.json": (205.0, 195.0), "eval_best_cache.json": (180.0, 170.0),
+                              "eval_best_dynamic.json": (175.5, 165.25)}.items():
+        (finetuned / name).write_text(json.dumps({"val_ppl": val, "test_ppl": test}))
+    cpu_run(root, "mos", 1, test_ppl=190.0)            # neither finetuned nor evaluated with a method
+    out = tmp_path / "methods"
+    assert report.main(["methods", str(root), "--out", str(out)]) == 0
+    text = (tmp_path / "methods.md").read_text()
+    assert "| Softmax (seed 2) | trained | 210.00 | — | — | 200.00 | — | — |" in text
+    assert "| Softmax (seed 2) | finetuned | 205.00 | 180.00 | 175.50 | 195.00 | 170.00 | 165.25 |" in text
+    assert "MoS" not in text
+    empty = tmp_path / "empty"
+    cpu_run(empty, "mos", 1, test_ppl=190.0)
+    assert report.main(["methods", str(empty), "--out", str(out)]) == 2
+    assert "no run was finetuned" in capsys.readouterr().err
+
+
+def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
+    run = cpu_run(tmp_path / "runs", "softmax", 1)
+    (run / "metrics.jsonl").write_text("")
+    assert report.main(["curves", str(run), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "no epoch finished" in err, err
