@@ -121,7 +121,26 @@ def parse_args(argv=None):
     for sub in (wordsim, top5):
         sub.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto")
         sub.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the runs' own)")
+    for sub in commands.choices.values():
+        if any(action.dest == "runs" for action in sub._actions):
+            sub.add_argument("--only", action="append", default=[], metavar="KEY=V1,V2",
+                             help="keep the runs whose config has one of these values of KEY, "
+                                  "e.g. model.emsize=32 or head.name=softmax,mos (repeatable: all must hold)")
     return parser.parse_args(argv)
+
+
+def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
+    """The run directories whose config.yaml matches every --only KEY=V1,V2 (as text)."""
+    from analysis.runs import config_matches
+    for text in only:
+        key, _, values = text.partition("=")
+        if not key or not values:
+            raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
+        wanted = {v.strip() for v in values.split(",")}
+        run_dirs = [d for d in run_dirs if config_matches(d, key.strip(), wanted)]
+        if not run_dirs:
+            raise AnalysisError(f"--only {text}: no run has that value (after the --only before it)")
+    return run_dirs
 
 
 def run(args) -> str:
@@ -133,7 +152,7 @@ def run(args) -> str:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text, encoding="utf-8")
         return text
-    run_dirs = find_run_dirs(args.runs)
+    run_dirs = select_runs(find_run_dirs(args.runs), args.only)
     if args.command == "table":
         from analysis.tables import write_table
         paper_baseline = args.paper and PUBLISHED_TABLES[args.paper].baseline

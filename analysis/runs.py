@@ -81,6 +81,25 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return records
 
 
+def config_value(config: dict, key: str):
+    """The value of a dotted key (model.emsize) in a config dict; None when it has none."""
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def config_matches(run_dir: Path, key: str, values: set[str]) -> bool:
+    """Whether the run's config.yaml has `key` at one of `values`, compared as text."""
+    import yaml
+    path = run_dir / "config.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    value = config_value(config, key)
+    return value is not None and str(value) in values
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

@@ -35,7 +35,7 @@ from scipy import stats
 
 from . import AnalysisError
 from .published import PUBLISHED_TABLES, PublishedRow, PublishedTable, Stat
-from .runs import (dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
+from .runs import (config_value, dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
                    write_csv)
 
 PPL_COLUMNS = (("train_ppl", "Train ppl"), ("val_ppl", "Validation ppl"), ("test_ppl", "Test ppl"))
@@ -55,15 +55,6 @@ class RunResult:
     test_ppl: float | None = None
     press_rank: int | None = None
     missing: list[str] = field(default_factory=list)   # one note per missing number
-
-
-def config_value(config: dict, key: str):
-    node = config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:

@@ -97,3 +97,21 @@ def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
     assert report.main(["curves", str(run), "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "no epoch finished" in err, err
+
+
+def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
+    root = tmp_path / "runs"
+    cpu_run(root, "softmax", 1, d=16, test_ppl=300.0, press_rank=18)
+    cpu_run(root, "softmax", 1, d=32, test_ppl=250.0, press_rank=34)
+    cpu_run(root, "mos", 1, d=32, test_ppl=240.0, press_rank=9000)
+    cpu_run(root, "ss", 1, d=32, test_ppl=245.0, press_rank=5000)
+    out = tmp_path / "t"
+    assert report.main(["table", str(root), "--only", "model.emsize=32", "--only", "head.name=softmax,mos",
+                        "--out", str(out)]) == 0
+    rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| ")][1:]
+    assert [row.split(" | ")[0] for row in rows] == ["| Softmax", "| MoS"]
+    assert "250.00" in rows[0] and "300.00" not in rows[0]
+    for only, message in (("model.emsize", "expected KEY=VALUE"), ("model.emsize=8", "no run has that value")):
+        assert report.main(["table", str(root), "--only", only, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --only") and "\n" not in err and message in err, err
