@@ -11,6 +11,13 @@
    on the CPU) with the same global batch; its step time against the single process's is what
    `torchrun --nproc_per_node N train.py` gains (N = 1: the cost of DDP alone).
 
+3. Jobs against threads (--jobs-vs-threads C): C runs at one thread each against one run at C
+   threads, on the CPU: what `sweep.py --jobs C` gains over running the plan's runs one after
+   another with all the cores (goal at the miniature size, C = 2: at least 1.6x the tokens/s):
+
+       python benchmarks/bench_parallel.py --config configs/ptb_mini/softmax.yaml --shapes config \
+           --concurrent --ddp --jobs-vs-threads 2
+
 Every figure is a median over --steps steps, timed in each process after every process has done
 its --warmup steps, so start-up does not count. On the CPU each process uses --threads threads
 (default 1): on a machine with C cores, more than C processes share them.
@@ -141,8 +148,12 @@ def main() -> None:
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
     parser.add_argument("--shapes", choices=("tiny", "config"),
                         help=f"tiny: {' '.join(TINY)}; config: the config's (default: tiny on the CPU)")
-    parser.add_argument("--concurrent", type=int, nargs="+", default=[1, 2, 4], metavar="K")
-    parser.add_argument("--ddp", type=int, nargs="+", default=[1, 2], metavar="N")
+    parser.add_argument("--concurrent", type=int, nargs="*", default=[1, 2, 4], metavar="K",
+                        help="numbers of concurrent runs to time (none: skip)")
+    parser.add_argument("--ddp", type=int, nargs="*", default=[1, 2], metavar="N",
+                        help="DDP world sizes to time (none: skip)")
+    parser.add_argument("--jobs-vs-threads", type=int, metavar="C",
+                        help="also time C runs at 1 thread each against 1 run at C threads")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each process (median)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each process")
@@ -163,27 +174,38 @@ def main() -> None:
           f"{args.steps} steps after {args.warmup} | {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}", flush=True)
 
-    throughput = {k: concurrent_runs(k, args, env) for k in args.concurrent}
-    one = throughput.get(1) or next(iter(throughput.values()))
-    print("concurrent runs: " + " | ".join(f"{k}: {tps:,.0f} tok/s ({tps / one:.2f}x)"
-                                           for k, tps in throughput.items()), flush=True)
-
-    single = concurrent_runs(1, args, env) if 1 not in throughput else throughput[1]
-    single_step = config.train.batch_size * config.train.bptt / single
-    ddp = {}
-    for n in args.ddp:
-        if args.device.startswith("cuda") and n > torch.cuda.device_count():
-            print(f"DDP N={n}: skipped, {torch.cuda.device_count()} GPU(s) visible")
-            continue
-        ddp[n] = ddp_step_seconds(n, args, env)
-    print(f"DDP step time: single process {single_step * 1000:.1f} ms | "
-          + " | ".join(f"N={n}: {s * 1000:.1f} ms ({s / single_step:.2f}x)" for n, s in ddp.items()))
-    print(json.dumps({"device": args.device, "shapes": shapes, "overrides": args.overrides,
-                      "steps": args.steps, "threads": args.threads,
-                      "concurrent_tokens_per_s": throughput,
-                      "concurrent_ratio": {k: round(t / one, 3) for k, t in throughput.items()},
-                      "single_step_s": round(single_step, 5), "ddp_step_s": {n: round(s, 5) for n, s in ddp.items()},
-                      "ddp_ratio": {n: round(s / single_step, 3) for n, s in ddp.items()}}))
+    result = {"device": args.device, "shapes": shapes, "overrides": args.overrides,
+              "steps": args.steps, "threads": args.threads}
+    if args.concurrent:
+        throughput = {k: concurrent_runs(k, args, env) for k in args.concurrent}
+        one = throughput.get(1) or next(iter(throughput.values()))
+        print("concurrent runs: " + " | ".join(f"{k}: {tps:,.0f} tok/s ({tps / one:.2f}x)"
+                                               for k, tps in throughput.items()), flush=True)
+        result.update(concurrent_tokens_per_s=throughput,
+                      concurrent_ratio={k: round(t / one, 3) for k, t in throughput.items()})
+    if args.ddp:
+        single = result.get("concurrent_tokens_per_s", {}).get(1) or concurrent_runs(1, args, env)
+        single_step = config.train.batch_size * config.train.bptt / single
+        ddp = {}
+        for n in args.ddp:
+            if args.device.startswith("cuda") and n > torch.cuda.device_count():
+                print(f"DDP N={n}: skipped, {torch.cuda.device_count()} GPU(s) visible")
+                continue
+            ddp[n] = ddp_step_seconds(n, args, env)
+        print(f"DDP step time: single process {single_step * 1000:.1f} ms | "
+              + " | ".join(f"N={n}: {s * 1000:.1f} ms ({s / single_step:.2f}x)" for n, s in ddp.items()))
+        result.update(single_step_s=round(single_step, 5), ddp_step_s={n: round(s, 5) for n, s in ddp.items()},
+                      ddp_ratio={n: round(s / single_step, 3) for n, s in ddp.items()})
+    if args.jobs_vs_threads:
+        c = args.jobs_vs_threads
+        one_run = concurrent_runs(1, args, {**env, "OMP_NUM_THREADS": str(c), "MKL_NUM_THREADS": str(c)})
+        c_runs = concurrent_runs(c, args, {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        print(f"jobs against threads: 1 run at {c} threads {one_run:,.0f} tok/s | {c} runs at 1 thread "
+              f"{c_runs:,.0f} tok/s ({c_runs / one_run:.2f}x)", flush=True)
+        result.update(one_run_c_threads_tokens_per_s=round(one_run, 1),
+                      c_runs_one_thread_tokens_per_s=round(c_runs, 1),
+                      jobs_vs_threads={"cores": c, "ratio": round(c_runs / one_run, 3)})
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,17 @@ backward, clipping, SGD) at bptt 70 with the config's batch size. The plain step
 embedding, three nn.LSTM layers of the same sizes, the tied decoder and the same loss,
 clipping and SGD, with no dropout of any kind. Steps are interleaved (AWD, plain, AWD, ...)
 so drifts in machine speed hit both; medians are reported. Target: AWD <= 1.10x plain.
+The guard rails' share: the per-step checks alone (the extremes of every weight, stacked with
+the loss and the gradient norm, read in one sync and tested for finiteness), timed on their own
+and divided by the AWD step.
+
+    python benchmarks/bench_step.py --config configs/ptb_mini/softmax.yaml   # the CPU miniature
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -22,6 +28,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import train  # noqa: E402
 from benchmarks.common import TrainerStep, interleaved_times, medians, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
@@ -41,6 +48,20 @@ class PlainLSTMModel(nn.Module):
         for rnn in self.rnns:
             x, _ = rnn(x)
         return F.log_softmax(F.linear(x, self.encoder.weight, self.bias), dim=-1)
+
+
+def guard_rail_times(awd_step: TrainerStep, reps: int) -> list[float]:
+    """Seconds of train_step's finiteness checks alone, on the trained model's weights: what a
+    step pays for never saving a non-finite model."""
+    trainer = awd_step.trainer
+    totals = torch.zeros(2)
+    grad_norm = torch.tensor(0.25)
+
+    def checks():
+        values = torch.cat([totals, grad_norm.reshape(1), train.extremes(trainer.params)])
+        assert all(map(math.isfinite, values.tolist()))
+
+    return [timed(checks) for _ in range(reps)]
 
 
 def main() -> None:
@@ -75,6 +96,8 @@ def main() -> None:
     awd_times, plain_times = times["awd"], times["plain"]
     awd, base = medians(times).values()
 
+    checks_s = statistics.median(guard_rail_times(awd_step, args.steps))
+
     test = batchify(corpus.test[: args.eval_tokens + 1], 1)
     seconds = timed(lambda: evaluate_nll(model, test, t.bptt))
     result = {
@@ -85,10 +108,12 @@ def main() -> None:
         "paired_ratio_median": round(statistics.median(a / p for a, p in zip(awd_times, plain_times)), 4),
         "awd_steps_s": [round(x, 4) for x in awd_times], "plain_steps_s": [round(x, 4) for x in plain_times],
         "eval_batch1_tokens_per_s": round((test.size(0) - 1) / seconds, 1),
+        "checks_s": round(checks_s, 6), "checks_share_of_awd_step": round(checks_s / awd, 4),
     }
     print(f"AWD step  {awd:.3f} s (median of {args.steps})")
     print(f"plain step {base:.3f} s  -> ratio {awd / base:.3f}, median paired ratio "
           f"{result['paired_ratio_median']:.3f} (target <= 1.10)")
+    print(f"guard-rail checks {checks_s * 1000:.2f} ms a step = {100 * checks_s / awd:.2f}% of the AWD step")
     print(f"evaluation at batch size 1: {result['eval_batch1_tokens_per_s']:.0f} tokens/s")
     print(json.dumps(result))
 
