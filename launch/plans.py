@@ -24,7 +24,8 @@ the runs into the table or figure:
       - table --paper table2 {out} --out {out}/table2     # {runs}: the folder that holds it
 
 Every key is checked: an unknown key, a value of the wrong type or a config that does not exist
-is one line naming the plan file and the key.
+is one line naming the plan file and the key; each report command is parsed as report.py would
+parse it, and a command it would refuse is one line naming the plan file and the command.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.commands import check as check_report_arguments
 from experiment.config import ConfigError, load_config, read_yaml
 from . import LaunchError
 from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
@@ -85,9 +87,14 @@ def load_plan(path: str | Path) -> Plan:
     experiments = data.get("experiments")
     if not isinstance(experiments, list) or not experiments:
         raise fail("experiments", "a non-empty list of experiments", experiments)
-    return Plan(path, data["title"], Path(data["out"]),
-                tuple(_experiment(entry, i, data, fail) for i, entry in enumerate(experiments)),
-                tuple(_strings(data.get("report", []), "report", fail)))
+    reports = tuple(_strings(data.get("report", []), "report", fail))
+    plan = Plan(path, data["title"], Path(data["out"]),
+                tuple(_experiment(entry, i, data, fail) for i, entry in enumerate(experiments)), reports)
+    for text, arguments in zip(reports, plan.report_commands()):
+        problem = check_report_arguments(arguments)
+        if problem:
+            raise LaunchError(f"{path}: report command {text!r}: {problem}")
+    return plan
 
 
 def _strings(value, key: str, fail) -> list[str]:

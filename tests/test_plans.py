@@ -172,6 +172,13 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
      "key 'title' is written twice"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.nope=1]}]\n",
      "unknown key train.nope"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['tabel {out} --out x']\n",
+     "report command 'tabel {out} --out x': report.py: error: argument command: invalid choice: 'tabel'"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {out}']\n",
+     "report command 'table {out}': report.py table: error: the following arguments are required: --out"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n"
+     "report: ['curves {out} --out x --group-by']\n",
+     "report.py curves: error: argument --group-by: expected one argument"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, finetune_best: [a]}]\n",
      "experiments[0].finetune_best: expected a mapping with overrides and evaluate"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, finetune_best: {epochs: 3}}]\n",

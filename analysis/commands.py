@@ -1,0 +1,256 @@
+"""report.py's subcommands, as a table: each is its arguments and the function that runs it.
+
+Adding a report is one entry in COMMANDS (and the analysis module it calls). The plan loader
+(launch/plans.py) parses a plan's report commands with `check` when the plan is loaded, so a
+mistyped command is found before any run trains.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import AnalysisError
+from .published import PUBLISHED_TABLES
+from .runs import config_matches, find_run_dirs
+
+RUNS_HELP = "run directories or folders holding them"
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[..., str]          # (args, run_dirs) -> the Markdown to print; (args) without runs
+    reads_runs: bool = True
+
+
+def prefix_out(parser, example: str = "results/figure2") -> None:
+    parser.add_argument("--out", required=True, help=f"output prefix, e.g. {example}")
+
+
+def devices(parser) -> None:
+    parser.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the runs' own)")
+
+
+def write_markdown(text: str, out: str | None) -> str:
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text, encoding="utf-8")
+    return text
+
+
+# ---------------------------------------------------------------------- the subcommands
+
+def table_arguments(parser) -> None:
+    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.csv")
+    parser.add_argument("--group-by", action="append", default=[], metavar="KEY",
+                        help="also split rows by this config key, e.g. head.k (repeatable; "
+                             "rows are always split by dataset and head)")
+    parser.add_argument("--baseline", help="head the t-test compares against (default softmax)")
+    parser.add_argument("--paper", choices=list(PUBLISHED_TABLES),
+                        help="take the layout of this [SB] table (its columns, its rows split by the key "
+                             "it varies, its row names) and print its published numbers beside")
+    parser.add_argument("--exclude-from-t-test", type=int, nargs="+", default=[], metavar="SEED",
+                        help="seeds left out of the t-test samples only ([SB] leaves out the authors' seed)")
+
+
+def table(args, run_dirs) -> str:
+    from .tables import write_table
+    paper_baseline = args.paper and PUBLISHED_TABLES[args.paper].baseline
+    if paper_baseline and args.baseline:
+        raise AnalysisError(f"--baseline: [SB]'s p-values in --paper {args.paper} compare against "
+                            f"{paper_baseline}; leave --baseline out")
+    return write_table(run_dirs, Path(args.out), args.group_by, args.baseline or "softmax",
+                       args.exclude_from_t_test, args.paper)
+
+
+def wordsim_arguments(parser) -> None:
+    parser.add_argument("--benchmarks", help="folder of EN-*.txt files (default: $AWD_DATA_DIR/word-similarity)")
+    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.md, PREFIX.csv and PREFIX_wins.png")
+    parser.add_argument("--by-head", action="store_true",
+                        help="one row per head and dataset (rho averaged over its runs) instead of per run")
+    devices(parser)
+
+
+def wordsim(args, run_dirs) -> str:
+    from experiment.loading import select_device
+    from .wordsim import by_head, read_benchmarks, score_runs, write_wordsim
+    folder = args.benchmarks or (os.environ.get("AWD_DATA_DIR") and
+                                 str(Path(os.environ["AWD_DATA_DIR"]) / "word-similarity"))
+    if not folder:
+        raise AnalysisError("--benchmarks: give the folder of benchmark files (or set $AWD_DATA_DIR)")
+    benchmarks = read_benchmarks(Path(folder))
+    rows = score_runs(run_dirs, benchmarks, select_device(args.device, option="--device"), args.data_dir)
+    return write_wordsim(by_head(rows) if args.by_head else rows, benchmarks, Path(args.out))
+
+
+def top5_arguments(parser) -> None:
+    parser.add_argument("--positions", type=int, nargs="+", default=[],
+                        help="test-set positions p: predict token p+1 from the test prefix up to p")
+    parser.add_argument("--contexts", nargs="+", default=[], metavar="TEXT", help="contexts as text")
+    parser.add_argument("-k", type=int, default=5, help="predictions per model (default 5)")
+    parser.add_argument("--out", help="also write the Markdown to this file")
+    devices(parser)
+
+
+def top5(args, run_dirs) -> str:
+    from experiment.loading import select_device
+    from .predictions import top_k_report
+    if args.k < 1:
+        raise AnalysisError(f"-k {args.k}: expected at least 1")
+    device = select_device(args.device, option="--device")
+    return write_markdown(top_k_report(run_dirs, args.positions, args.contexts, args.k, device,
+                                       args.data_dir), args.out)
+
+
+def spectra_arguments(parser) -> None:
+    parser.add_argument("--out", help="the PNG to write (default: spectra.png in the run directory, "
+                                      "or in the folder holding all the runs)")
+    parser.add_argument("--transformed", action="store_true",
+                        help="also draw the f(l) spectra of heads that have them (dashed)")
+    parser.add_argument("--first", type=int, default=500, help="indices in the normalised panel")
+    parser.add_argument("--ymax", type=float, default=0.2, help="y limit of the normalised panel")
+
+
+def spectra(args, run_dirs) -> str:
+    from .spectra import write_spectra
+    path, missing = write_spectra(run_dirs, Path(args.out) if args.out else None,
+                                  args.transformed, args.first, args.ymax)
+    return "\n".join([f"missing: {m}" for m in missing] + [f"wrote {path}"])
+
+
+def correlation(args, run_dirs) -> str:
+    from .correlation import write_correlation
+    return write_correlation(run_dirs, Path(args.out))
+
+
+def capacity(args, run_dirs) -> str:
+    from .mos_sweeps import write_mos_figure
+    return write_mos_figure(run_dirs, Path(args.out), "capacity")
+
+
+def mos_rank(args, run_dirs) -> str:
+    from .mos_sweeps import write_mos_figure
+    return write_mos_figure(run_dirs, Path(args.out), "rank")
+
+
+def robustness(args, run_dirs) -> str:
+    from .robustness import write_robustness
+    return write_robustness(run_dirs, Path(args.out))
+
+
+def curves_arguments(parser) -> None:
+    prefix_out(parser, "results/curves")
+    parser.add_argument("--group-by", action="append", default=[], metavar="KEY",
+                        help="also one line per value of this config key, e.g. model.emsize")
+
+
+def curves(args, run_dirs) -> str:
+    from .curves import write_curves
+    return write_curves(run_dirs, Path(args.out), args.group_by)
+
+
+def versus_arguments(parser) -> None:
+    parser.add_argument("--key", required=True, help="the config key on the x axis, e.g. model.emsize")
+    prefix_out(parser, "results/d_sweep")
+
+
+def versus(args, run_dirs) -> str:
+    from .versus import write_versus
+    return write_versus(run_dirs, args.key, Path(args.out))
+
+
+def methods(args, run_dirs) -> str:
+    from .methods import write_methods
+    return write_methods(run_dirs, Path(args.out))
+
+
+def published_arguments(parser) -> None:
+    parser.add_argument("--out", help="also write the Markdown to this file")
+
+
+def published(args) -> str:
+    from .tables import published_markdown
+    return write_markdown(published_markdown(), args.out)
+
+
+COMMANDS: dict[str, Command] = {
+    "table": Command("[SB] Table 2: params, s/epoch, train/valid/test ppl (mean ± std), t-test vs "
+                     "Softmax, Press rank; --paper: Table 5, SM Tables 4/5, 10/11, 12", table_arguments, table),
+    "wordsim": Command("Spearman's rho of input-embedding cosine similarities", wordsim_arguments, wordsim),
+    "top5": Command("top-k next-word predictions side by side", top5_arguments, top5),
+    "spectra": Command("singular-value curves of the test log-P matrices", spectra_arguments, spectra),
+    "correlation": Command("[SB] Figure 2: Press rank against test ppl of the GSS(c, k) runs, Pearson r "
+                           "beside the paper's (PREFIX.png, .md, .csv)", prefix_out, correlation),
+    "capacity": Command("[SB] Figure 6: MoS train / test ppl and parameters against K (PREFIX.png, .md)",
+                        prefix_out, capacity),
+    "mos-rank": Command("[SB] Figure 5: MoS test ppl against Press rank as K grows and as dropoutl "
+                        "falls (PREFIX.png, .md)", prefix_out, mos_rank),
+    "robustness": Command("[SB] SM Tables 14-16 from robustness_test.json (rank.py --robustness) "
+                          "(PREFIX.md, .png)", prefix_out, robustness),
+    "curves": Command("validation ppl against epoch, one line per head (mean over its runs, their "
+                      "range shaded), the ASGD switch marked (PREFIX.png, .md)", curves_arguments, curves),
+    "versus": Command("test ppl and Press rank against a config key, one line per head "
+                      "(PREFIX.png, .md, .csv)", versus_arguments, versus),
+    "methods": Command("valid / test ppl plain, with the neural cache and with dynamic evaluation, "
+                       "before and after finetuning (PREFIX.md, .csv)",
+                       lambda parser: prefix_out(parser, "results/methods"), methods),
+    "published": Command("every number of [SB] the reports compare against, as Markdown "
+                         "(docs/published.md)", published_arguments, published, reads_runs=False),
+}
+
+
+# ---------------------------------------------------------------------- parsing and running
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="report.py", description="Tables and figures from run directories.")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        sub = subcommands.add_parser(name, help=command.help, description=command.help)
+        if command.reads_runs:
+            sub.add_argument("runs", nargs="+", help=RUNS_HELP)
+        command.arguments(sub)
+        if command.reads_runs:
+            sub.add_argument("--only", action="append", default=[], metavar="KEY=V1,V2",
+                             help="keep the runs whose config has one of these values of KEY, e.g. "
+                                  "model.emsize=32 or head.name=softmax,mos (repeatable: all must hold)")
+    return parser
+
+
+def check(argv: list[str]) -> str | None:
+    """None if report.py would accept these arguments, else argparse's one-line complaint."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            build_parser().parse_args(argv)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        return lines[-1] if lines else "not valid report.py arguments"
+    return None
+
+
+def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
+    """The run directories whose config.yaml matches every --only KEY=V1,V2 (as text)."""
+    for text in only:
+        key, _, values = text.partition("=")
+        if not key or not values:
+            raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
+        wanted = {v.strip() for v in values.split(",")}
+        run_dirs = [d for d in run_dirs if config_matches(d, key.strip(), wanted)]
+        if not run_dirs:
+            raise AnalysisError(f"--only {text}: no run has that value (after the --only before it)")
+    return run_dirs
+
+
+def run(args) -> str:
+    """Do the command; what to print."""
+    command = COMMANDS[args.command]
+    if not command.reads_runs:
+        return command.run(args)
+    return command.run(args, select_runs(find_run_dirs(args.runs), args.only))
