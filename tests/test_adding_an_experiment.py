@@ -1,0 +1,64 @@
+"""README's "Adding an experiment" recipe, followed to the letter in a copy of the repository:
+the plan file and its README row are taken from the README's code blocks, and nothing else is
+edited. The README test then finds the plan with its run count, and the plan runs end to end on
+tiny models with its reports (tests/test_plans.py, as for every plan)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PLAN = "sweeps/cpu_d8.yaml"               # the README's example plan
+TABLE_SECTION = "## Results on a CPU"
+
+
+def recipe() -> list[tuple[str, str]]:
+    """(first line, code) of each fenced block in README's "Adding an experiment" section."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Adding an experiment\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(?:yaml|markdown)\n(.*?)```", section, re.S)
+    return [(block.splitlines()[0], block) for block in blocks]
+
+
+def follow_recipe(root: Path) -> None:
+    (plan_first, plan), (row_first, row_block) = recipe()
+    target = root / plan_first.lstrip("# ")
+    assert not target.exists(), target
+    target.write_text(plan, encoding="utf-8")
+    row = row_block.splitlines()[1]
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    start = text.index(f"\n{TABLE_SECTION}\n")
+    table_start = text.index("\n| ", start)
+    table_end = text.index("\n\n", table_start)      # the row goes after the table's last row
+    readme.write_text(text[:table_end] + "\n" + row + text[table_end:], encoding="utf-8")
+
+
+def test_the_recipe_names_a_plan_file_and_a_readme_row():
+    firsts = [first for first, _ in recipe()]
+    assert firsts == [f"# {PLAN}",
+                      f'<!-- README.md: a row at the end of the table of plans in "{TABLE_SECTION[3:]}" -->']
+
+
+def test_the_plan_of_the_recipe_is_counted_planned_and_runs_with_its_reports(tmp_path, shared_data_dir):
+    root = tmp_path / "repo"
+    shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "runs", "results", "corpora", "__pycache__", ".pytest_cache", "*.pyc"))
+    follow_recipe(root)
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    dry = subprocess.run([sys.executable, "sweep.py", PLAN, "--dry-run"], cwd=root, env=env,
+                         capture_output=True, text=True)
+    assert dry.returncode == 0 and dry.stdout.strip().splitlines()[-1] == "# 4 runs planned", dry.stderr
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                           "tests/test_plans.py", "-k", "readme or cpu_d8"],
+                          cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    passed = set(re.findall(r"^PASSED (\S+)", proc.stdout, re.M))
+    assert {"tests/test_plans.py::test_every_plan_is_in_the_readme_with_its_number_of_runs",
+            "tests/test_plans.py::test_every_plan_runs_end_to_end_with_its_reports[cpu_d8]"} <= passed, passed
