@@ -53,7 +53,8 @@ def test_every_table_row_has_a_config():
 def test_every_config_resolves_and_builds(path):
     """Any config (a new head's too) loads strictly and builds a model of its dataset."""
     config = load_config(path)
-    assert DATASET_DIR[config.data.dataset] == path.parent.name
+    # configs/<dataset>/ or a variant of it, configs/<dataset>_<variant>/ (ptb_mini)
+    assert DATASET_DIR[config.data.dataset] == path.parent.name.split("_")[0]
     assert count(config) > 0
 
 
@@ -135,3 +136,28 @@ def test_mixture_rows_use_the_mos_hyperparameters(dataset):
     assert (m.dropouti, m.dropouth, t.lr, t.batch_size, t.seed, m.emsize, m.nhid, m.nhidlast,
             t.small_batch_size, t.max_seq_len_delta) == expected
     assert (mos.head.components, mos.head.dropoutl) == (15, 0.29)
+
+
+MINI = sorted(Path("configs/ptb_mini").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [p for p in MINI if p.stem != "base"], ids=lambda p: p.stem)
+def test_the_miniature_configs_share_one_body_and_halve_sbs_dropout(path):
+    """Every miniature head has the same body and training (only its head differs), nhidlast
+    follows emsize (the d-sweep's grid), and every dropout rate is [SB]'s PTB rate (that of
+    configs/ptb/base.yaml; dropoutl: the [SB] row's) halved."""
+    mini, sb, sb_row = (load_config(p) for p in (path, "configs/ptb/softmax.yaml", f"configs/ptb/{path.stem}.yaml"))
+    base = load_config("configs/ptb_mini/softmax.yaml")
+    assert (mini.model, mini.train) == (base.model, base.train)
+    m = mini.model
+    assert (m.emsize, m.nhidlast, m.nhid, m.nlayers) == (32, 32, 256, 3)
+    assert load_config(path, ["model.emsize=16"]).model.nhidlast == 16
+    halved = {name: getattr(sb.model, name) / 2 for name in ("dropout", "dropouth", "dropouti", "dropoute", "wdrop")}
+    assert {name: getattr(m, name) for name in halved} == pytest.approx(halved)
+    if hasattr(mini.head, "dropoutl"):
+        assert mini.head.dropoutl == pytest.approx(sb_row.head.dropoutl / 2)
+    t = mini.train
+    assert (t.epochs, t.asgd_trigger, t.asgd_switch_epoch) == (6, "et", 4)
+    assert t.epochs - t.asgd_switch_epoch >= t.epochs / 3          # a third of the run averaged
+    assert (t.lr, t.batch_size, t.bptt, t.clip, t.alpha, t.beta, t.wdecay) == \
+        (sb.train.lr, sb.train.batch_size, sb.train.bptt, sb.train.clip, sb.train.alpha, sb.train.beta, sb.train.wdecay)
