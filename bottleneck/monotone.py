@@ -22,7 +22,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from model.heads.base import HeadOutput, OutputHead, TiedDecoder
+from model.heads.base import PointwiseTransformHead
 from model.kernels.compiled import FusedKernel
 
 
@@ -95,17 +95,15 @@ class MonotoneOptions:
             raise ValueError(f"units: expected an integer >= 1, got {self.units}")
 
 
-class MonotoneHead(OutputHead):
+class MonotoneHead(PointwiseTransformHead):
     """LMS with f of eq. 14, on the OutputHead interface (same constructor as every head)."""
 
     Options = MonotoneOptions
     label = "LMS (monotone net)"
-    has_transformed_logits = True
 
     def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
                  tied_weight: nn.Parameter):
         super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
         k = options.units
         # Start as an increasing, roughly linear f over the logits' initial range: u = v = 1,
         # the units' centres -c_i / u_i spread evenly over [-3, 3].
@@ -118,12 +116,9 @@ class MonotoneHead(OutputHead):
     def small_options(cls):
         return cls.Options(units=4, compile=False)
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = monotone_reference(self.decoder(hidden), self.u_raw, self.v_raw,
-                                         self.c, self.b0)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform(self, logits: torch.Tensor) -> torch.Tensor:
+        return _Monotone.apply(logits, self.u_raw, self.v_raw, self.c, self.b0,
+                               self.options.compile)
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = _Monotone.apply(self.decoder(hidden), self.u_raw, self.v_raw, self.c,
-                                      self.b0, self.options.compile)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform_reference(self, logits: torch.Tensor) -> torch.Tensor:
+        return monotone_reference(logits, self.u_raw, self.v_raw, self.c, self.b0)
