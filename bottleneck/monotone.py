@@ -3,9 +3,9 @@
     log p = log_softmax(f(l)),   l = W g + b,   f(x) = sum_i v_i sigmoid(u_i x + c_i) + b0
 
 with K hidden units and u_i, v_i >= 0 (here u = softplus(u_raw), v = softplus(v_raw)), so f is
-increasing [Daniels & Velikova 2010]. (u = exp(.) and v = exp(.) were tried: faster for 50
-steps, then Adam at lr 0.05-0.1 diverged on M = 1,000, D = 8; softplus stays stable.) The additive b0 cancels in the softmax (its gradient is
-0); it is kept so that f is eq. 14 as written.
+increasing [Daniels & Velikova 2010]. Softplus rather than exp: with u = exp(.), v = exp(.)
+Adam at lr 0.05 to 0.1 diverges (M = 1,000, D = 8). The additive b0 cancels in the softmax (its
+gradient is 0); it is kept so that f is eq. 14 as written.
 
 `monotone_reference` is the formula with plain autograd; it keeps K values per logit, which
 for 10,000 contexts x 10,000 words is tens of GB. The head runs `_Monotone`, a custom autograd
