@@ -10,9 +10,10 @@ context vector per distribution (N x D, the head's input g) are fitted by full-b
 cross-entropy to P* until the mean KL stops falling (bottleneck/problem.py). Reported per cell:
 the % of contexts whose mode matches (argmax P* = argmax Q) and the mean KL(P*||Q).
 
-Heads (bottleneck.problem.SYNTHETIC_HEADS): softmax (Linear-Softmax), mos (MoS, K = 4),
-lms (LMS with the monotone network of [LMS] eq. 14, K = 10 hidden units), plif (LMS-PLIF),
-ss, gss; every one but lms is the repository's own head module.
+Heads (bottleneck.problem.SYNTHETIC_HEADS): every head of the registry (model/heads), with the
+options of bottleneck.problem.HEAD_DEFAULTS, and lms (LMS with the monotone network of [LMS]
+eq. 14, K = 10 hidden units). By default: softmax (Linear-Softmax), mos (MoS, K = 4), lms, plif
+(LMS-PLIF), ss, gss.
 
 Writes to --out: results.md (one table per alpha and M), results.csv (every fit),
 mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one line per head,
@@ -40,6 +41,10 @@ from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, write_text_atomic
+
+
+# The default grid's heads, in the order of its table columns and figure legends.
+DEFAULT_HEADS = ["softmax", "mos", "lms", "plif", "ss", "gss"]
 
 
 def _number(kind, lowest, what, strict: bool = False):
@@ -79,7 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    default=[1000, 10000], help="vocabulary sizes M")
     p.add_argument("--contexts", type=positive_int, default=10000,
                    help="N, the number of true distributions (the paper used 100,000)")
-    p.add_argument("--heads", nargs="+", choices=list(SYNTHETIC_HEADS), default=list(SYNTHETIC_HEADS))
+    p.add_argument("--heads", nargs="+", choices=list(SYNTHETIC_HEADS), default=DEFAULT_HEADS,
+                   help=f"default: {' '.join(DEFAULT_HEADS)}")
     p.add_argument("--seeds", nargs="+", type=_number(int, 0, "an integer >= 0"), default=[0],
                    help="one fit per seed: P* and the initial parameters are drawn from it")
     p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],

@@ -3,9 +3,9 @@
     log p = log_softmax(f(l)),   l = W g + b,   f(x) = sum_i v_i sigmoid(u_i x + c_i) + b0
 
 with K hidden units and u_i, v_i >= 0 (here u = softplus(u_raw), v = softplus(v_raw)), so f is
-increasing [Daniels & Velikova 2010]. (u = exp(.) and v = exp(.) were tried: faster for 50
-steps, then Adam at lr 0.05-0.1 diverged on M = 1,000, D = 8; softplus stays stable.) The additive b0 cancels in the softmax (its gradient is
-0); it is kept so that f is eq. 14 as written.
+increasing [Daniels & Velikova 2010]. Softplus rather than exp: with u = exp(.), v = exp(.)
+Adam at lr 0.05 to 0.1 diverges (M = 1,000, D = 8). The additive b0 cancels in the softmax (its
+gradient is 0); it is kept so that f is eq. 14 as written.
 
 `monotone_reference` is the formula with plain autograd; it keeps K values per logit, which
 for 10,000 contexts x 10,000 words is tens of GB. The head runs `_Monotone`, a custom autograd
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from model.heads.base import HeadOutput, OutputHead, TiedDecoder
+from model.heads.base import PointwiseTransformHead
 from model.kernels.compiled import FusedKernel
 
 
@@ -95,17 +95,15 @@ class MonotoneOptions:
             raise ValueError(f"units: expected an integer >= 1, got {self.units}")
 
 
-class MonotoneHead(OutputHead):
+class MonotoneHead(PointwiseTransformHead):
     """LMS with f of eq. 14, on the OutputHead interface (same constructor as every head)."""
 
     Options = MonotoneOptions
     label = "LMS (monotone net)"
-    has_transformed_logits = True
 
     def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
                  tied_weight: nn.Parameter):
         super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
         k = options.units
         # Start as an increasing, roughly linear f over the logits' initial range: u = v = 1,
         # the units' centres -c_i / u_i spread evenly over [-3, 3].
@@ -118,12 +116,9 @@ class MonotoneHead(OutputHead):
     def small_options(cls):
         return cls.Options(units=4, compile=False)
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = monotone_reference(self.decoder(hidden), self.u_raw, self.v_raw,
-                                         self.c, self.b0)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform(self, logits: torch.Tensor) -> torch.Tensor:
+        return _Monotone.apply(logits, self.u_raw, self.v_raw, self.c, self.b0,
+                               self.options.compile)
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = _Monotone.apply(self.decoder(hidden), self.u_raw, self.v_raw, self.c,
-                                      self.b0, self.options.compile)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform_reference(self, logits: torch.Tensor) -> torch.Tensor:
+        return monotone_reference(logits, self.u_raw, self.v_raw, self.c, self.b0)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import typing
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 
+from experiment.config import _coerce, _type_name, parse_override
 from model.heads import HEADS
 from model.heads.base import OutputHead
 
@@ -61,34 +63,34 @@ def kl_divergence(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     return (torch.xlogy(p, p) - p * log_q.double()).sum(-1)
 
 
-# The heads of the experiment: the repository's own registry heads, plus the monotone network
-# of eq. 14 (which the paper's synthetic experiment calls LMS).
-SYNTHETIC_HEADS: dict[str, type[OutputHead]] = {
-    "softmax": HEADS["softmax"],
-    "mos": HEADS["mos"],
-    "lms": MonotoneHead,
-    "plif": HEADS["plif"],
-    "ss": HEADS["ss"],
-    "gss": HEADS["gss"],
-}
+# The heads of the experiment: every head of the registry, plus the monotone network of eq. 14
+# (which the paper's synthetic experiment calls LMS).
+SYNTHETIC_HEADS: dict[str, type[OutputHead]] = {**HEADS, "lms": MonotoneHead}
 
 
-# Options that differ from the heads' language-model defaults. MoS: no dropout (this is a fit,
-# not a generalisation problem) and 4 components, since its cost grows with K (K x N x M logits).
+# Options that differ from the heads' language-model defaults. The mixtures: no dropout (this is
+# a fit, not a generalisation problem) and 4 components, since MoS's cost grows with K (K x N x M
+# logits); MoC keeps MoS's K so that the two compare.
 HEAD_DEFAULTS: dict[str, dict] = {
     "mos": {"components": 4, "dropoutl": 0.0},
+    "moc": {"components": 4, "dropoutl": 0.0},
     "lms": {"units": 10},
     "gss": {"c": -1.5, "k": 2.5},        # [SB]'s PTB shape; GSS has no default
 }
+
+# What a `--set` value must be, by the option's type; other types are named as the config names them.
+_EXPECTED = {int: "int", float: "a finite number in float32's range", bool: "bool"}
 
 
 def head_options(head: str, overrides: dict[str, str] | None = None, compile: bool = True):
     """The Options of a synthetic head: its Options defaults, then HEAD_DEFAULTS, then
     `overrides` ({field: text}, e.g. {"components": "8"}, from `synthetic.py --set
-    mos.components=8`). An unknown field or a value of the wrong type is a ValueError naming
-    it; so is an impossible value (the Options check themselves)."""
+    mos.components=8`), each text read and typed as train.py reads and types `head.FIELD=TEXT`.
+    An unknown field or a value of the wrong type is a ValueError naming it; so is an impossible
+    value (the Options check themselves)."""
     options_class = SYNTHETIC_HEADS[head].Options
-    known = {f.name: f for f in dataclasses.fields(options_class)}
+    types = typing.get_type_hints(options_class)
+    known = [f.name for f in dataclasses.fields(options_class)]
     values = dict(HEAD_DEFAULTS.get(head, {}))
     if "compile" in known:
         values["compile"] = compile
@@ -96,25 +98,16 @@ def head_options(head: str, overrides: dict[str, str] | None = None, compile: bo
         if name not in known:
             raise ValueError(f"{head}.{name}: not an option of this head "
                              f"(options: {', '.join(known) or 'none'})")
-        values[name] = _parse(f"{head}.{name}", str(known[name].type), text)
+        _, value = parse_override(f"{name}={text}")
+        try:
+            values[name] = _coerce(types[name], value)
+        except TypeError:
+            expected = _EXPECTED.get(types[name]) or _type_name(types[name])
+            raise ValueError(f"{head}.{name}: expected {expected}, got {text!r}") from None
     try:
         return options_class(**values)
     except ValueError as error:
         raise ValueError(f"{head}.{error}") from None
-
-
-def _parse(key: str, type_name: str, text: str):
-    try:
-        if type_name == "bool":
-            if text.lower() not in ("true", "false"):
-                raise ValueError
-            return text.lower() == "true"
-        value = {"int": int, "float": float}[type_name](text)
-    except (KeyError, ValueError):
-        raise ValueError(f"{key}: expected {type_name}, got {text!r}") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{key}: expected a finite number, got {text!r}")
-    return value
 
 
 class SyntheticModel(nn.Module):

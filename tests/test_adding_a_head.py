@@ -1,8 +1,8 @@
 """README's "Adding a head" recipe, followed to the letter in a copy of the repository: the new
-head's file, its registry line and its two configs are taken from the README's code blocks, and
-nothing else is edited. The generic head tests, the config tests and the training test then pick
-the head up, `train.py --dry-run` resolves it, sweep.py (what the row scripts run) plans it and
-a 3-step training run trains it."""
+head's file, its import and entry in the registry and its two configs are taken from the README's
+code blocks, and nothing else is edited. The generic head tests, the config tests and the training
+test then pick the head up, `train.py --dry-run` resolves it, sweep.py (what the row scripts run)
+plans it, a 3-step training run trains it and synthetic.py fits it."""
 from __future__ import annotations
 
 import json
@@ -28,20 +28,24 @@ def recipe() -> list[tuple[str, str]]:
 
 
 def follow_recipe(root: Path) -> None:
-    registry_line = None
+    registry_lines = None
     for first, code in recipe():
         target = first.lstrip("# ").split(":")[0]
         if target == "model/heads/__init__.py":
-            registry_line = code.splitlines()[1]
+            registry_lines = code.splitlines()[1:3]
         else:
             assert not (root / target).exists(), target
             (root / target).write_text(code, encoding="utf-8")
     registry = root / "model/heads/__init__.py"
-    text = registry.read_text(encoding="utf-8")
-    start = text.index("HEADS: dict[str, type[OutputHead]] = {\n")
-    end = text.index("\n}\n", start)                 # the new line goes last: tables keep their order
-    assert registry_line is not None
-    registry.write_text(text[:end + 1] + registry_line + text[end:], encoding="utf-8")
+    lines = registry.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert registry_lines is not None
+    import_line, entry = (line + "\n" for line in registry_lines)
+    last_import = max(i for i, line in enumerate(lines) if line.startswith("from ."))
+    end = lines.index("}\n", lines.index("HEADS: dict[str, type[OutputHead]] = {\n"))
+    # The entry goes last, so that tables keep their order.
+    lines[end:end] = [entry]
+    lines[last_import + 1:last_import + 1] = [import_line]
+    registry.write_text("".join(lines), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +62,10 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True)
 
 
-def test_the_recipe_names_a_file_a_registry_line_and_two_configs():
+def test_the_recipe_names_a_file_a_registry_import_and_entry_and_two_configs():
     targets = [first for first, _ in recipe()]
-    assert targets == [f"# model/heads/{NAME}.py", "# model/heads/__init__.py: one line at the end of HEADS",
+    assert targets == [f"# model/heads/{NAME}.py",
+                       "# model/heads/__init__.py: the import after the others, the entry at the end of HEADS",
                        f"# configs/ptb/{NAME}.yaml", f"# configs/wt2/{NAME}.yaml"]
 
 
@@ -101,3 +106,15 @@ def test_dry_run_sweep_plan_and_three_training_steps_of_the_new_head(repo_with_n
     assert json.loads((run_dir / "run.json").read_text())["head"] == NAME
     import torch
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 3
+
+
+def test_synthetic_fits_the_new_head(repo_with_new_head, tmp_path):
+    done = run(repo_with_new_head, "synthetic.py", "--heads", "softmax", NAME, "--words", "20",
+               "--dims", "2", "--contexts", "10", "--max-steps", "2", "--no-compile",
+               "--set", f"{NAME}.tau=3", "--out", str(tmp_path / "synthetic"), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(row["head"], row["label"]) for row in rows] == [("softmax", "Softmax"),
+                                                             (NAME, "Softmax/tau")]
+    settings = json.loads((tmp_path / "synthetic" / "settings.json").read_text())
+    assert settings["head_options"][NAME] == {"tau": 3.0}

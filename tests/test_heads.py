@@ -44,7 +44,7 @@ def make_head(name: str, options=None, dtype=torch.float32, seed: int = 0):
     return head.to(dtype)
 
 
-def hidden_for(name: str, dtype=torch.float32, scale: float = 1.0, seed: int = 1):
+def make_g(name: str, dtype=torch.float32, scale: float = 1.0, seed: int = 1):
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(T, B, nhidlast_of(name), generator=generator, dtype=dtype) * scale
 
@@ -71,7 +71,7 @@ def test_linear_heads_need_nhidlast_equal_emsize(name):
 @pytest.mark.parametrize("name", list(HEADS))
 def test_output_shapes_and_transformed_logits(name):
     head = make_head(name)
-    out = head(hidden_for(name))
+    out = head(make_g(name))
     assert out.log_probs.shape == (T, B, V)
     if HEADS[name].has_transformed_logits:
         assert out.transformed_logits.shape == (T, B, V)
@@ -92,7 +92,7 @@ def test_decoder_weight_is_the_embedding_and_bias_starts_at_zero(name):
 @pytest.mark.parametrize("name", list(HEADS))
 def test_rows_are_distributions(name):
     head = make_head(name, dtype=torch.float64).train()
-    log_probs = head(hidden_for(name, torch.float64, scale=3.0)).log_probs
+    log_probs = head(make_g(name, torch.float64, scale=3.0)).log_probs
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(T, B, dtype=torch.float64))
     assert (log_probs <= 0).all()
 
@@ -100,20 +100,20 @@ def test_rows_are_distributions(name):
 @pytest.mark.parametrize("name", list(HEADS))
 def test_gradients_gradcheck_float64(name):
     head = make_head(name, dtype=torch.float64).eval()   # no dropout: a deterministic function
-    hidden = hidden_for(name, torch.float64).requires_grad_()
+    g = make_g(name, torch.float64).requires_grad_()
     params = [p for p in head.parameters() if p.requires_grad]
 
-    def fn(hidden, *params):
-        return head(hidden).log_probs
+    def fn(g, *params):
+        return head(g).log_probs
 
-    assert torch.autograd.gradcheck(fn, (hidden, *params), eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(fn, (g, *params), eps=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(HEADS))
 def test_eval_mode_is_deterministic(name):
     head = make_head(name).eval()
-    hidden = hidden_for(name)
-    first, second = head(hidden), head(hidden)
+    g = make_g(name)
+    first, second = head(g), head(g)
     assert torch.equal(first.log_probs, second.log_probs)
 
 
@@ -123,14 +123,14 @@ def test_forward_computes_the_heads_plain_reference_with_its_gradients(name, mod
     """forward() (fused kernels where the head has them) against the head's equation written
     plainly (`reference`), values and every gradient, in training mode with the same masks."""
     head = make_head(name, dtype=torch.float64).train(mode == "train")
-    hidden = hidden_for(name, torch.float64, scale=2.0)
+    g = make_g(name, torch.float64, scale=2.0)
     results = []
     for fn in (lambda h, x: h(x), lambda h, x: h.reference(x)):
         torch.manual_seed(7)
-        out = fn(head, hidden.detach())
+        out = fn(head, g.detach())
         transformed = out.transformed_logits
         results.append((out.log_probs, transformed,
-                        grads_of(lambda h, x: fn(h, x).log_probs[..., :3].sum(-1), head, hidden)))
+                        grads_of(lambda h, x: fn(h, x).log_probs[..., :3].sum(-1), head, g)))
     (fused, fused_f, (_, fused_grads)), (plain, plain_f, (_, plain_grads)) = results
     torch.testing.assert_close(fused, plain)
     assert (fused_f is None) == (plain_f is None) == (not HEADS[name].has_transformed_logits)
@@ -144,18 +144,18 @@ def targets_for(seed: int = 2) -> torch.Tensor:
     return torch.randint(V, (T, B), generator=torch.Generator().manual_seed(seed))
 
 
-def grads_of(fn, head, hidden):
-    """fn(head, hidden) -> (T, B) values; returns them and the gradients of a random
-    weighted sum for hidden and every head parameter."""
-    hidden = hidden.detach().requires_grad_()
-    values = fn(head, hidden)
+def grads_of(fn, head, g):
+    """fn(head, g) -> (T, B) values; returns them and the gradients of a random
+    weighted sum for g and every head parameter."""
+    g = g.detach().requires_grad_()
+    values = fn(head, g)
     weights = torch.rand(values.shape, generator=torch.Generator().manual_seed(3), dtype=values.dtype)
-    inputs = [hidden, *(p for p in head.parameters() if p.requires_grad)]
+    inputs = [g, *(p for p in head.parameters() if p.requires_grad)]
     return values, torch.autograd.grad((values * weights).sum(), inputs)
 
 
-def gathered(head, hidden, targets):
-    return head(hidden).log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+def gathered(head, g, targets):
+    return head(g).log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 COMPILABLE = [name for name in HEADS if hasattr(HEADS[name].small_options(), "compile")]
@@ -169,57 +169,57 @@ def test_target_log_probs_equal_the_gathered_log_probs_with_gradients(name, comp
     if compiled:
         options = dataclasses.replace(options, compile=True)
     head = make_head(name, options, dtype=torch.float64).train()
-    hidden, targets = hidden_for(name, torch.float64, scale=2.0), targets_for()
+    g, targets = make_g(name, torch.float64, scale=2.0), targets_for()
     torch.manual_seed(5)
-    expected, expected_grads = grads_of(lambda h, x: gathered(h, x, targets), head, hidden)
+    expected, expected_grads = grads_of(lambda h, x: gathered(h, x, targets), head, g)
     for _ in range(2):            # the second time MoS reuses its workspace
         torch.manual_seed(5)
-        values, grads = grads_of(lambda h, x: h.target_log_probs(x, targets), head, hidden)
+        values, grads = grads_of(lambda h, x: h.target_log_probs(x, targets), head, g)
         torch.testing.assert_close(values, expected)
         for a, b in zip(grads, expected_grads):
             torch.testing.assert_close(a, b)
 
 
 def test_mos_target_log_probs_match_finite_differences_float64():
-    """v^T J u from one backward against central differences along random u, for hidden and
+    """v^T J u from one backward against central differences along random u, for g and
     every parameter at once. (torch's gradcheck runs backward on one graph twice, which
     this function refuses: see the retain_graph test below.)"""
     head = make_head("mos", dtype=torch.float64).eval()
-    hidden, targets = hidden_for("mos", torch.float64), targets_for()
+    g, targets = make_g("mos", torch.float64), targets_for()
     params = [p for p in head.parameters() if p.requires_grad]
     generator = torch.Generator().manual_seed(4)
     v = torch.randn(T, B, generator=generator, dtype=torch.float64)
     for trial in range(3):
-        inputs = [hidden, *(p.detach().clone() for p in params)]
+        inputs = [g, *(p.detach().clone() for p in params)]
         directions = [torch.randn(x.shape, generator=generator, dtype=torch.float64) for x in inputs]
 
         def value(step: float) -> torch.Tensor:
             with torch.no_grad():
                 for p, x, u in zip(params, inputs[1:], directions[1:]):
                     p.copy_(x + step * u)
-                return (head.target_log_probs(hidden + step * directions[0], targets) * v).sum()
+                return (head.target_log_probs(g + step * directions[0], targets) * v).sum()
 
         eps = 1e-6
         numerical = (value(eps) - value(-eps)) / (2 * eps)
         value(0.0)                      # parameters back to where they were
-        x = hidden.detach().requires_grad_()
+        x = g.detach().requires_grad_()
         grads = torch.autograd.grad((head.target_log_probs(x, targets) * v).sum(), [x, *params])
-        analytical = sum((g * u).sum() for g, u in zip(grads, directions))
+        analytical = sum((grad * u).sum() for grad, u in zip(grads, directions))
         torch.testing.assert_close(analytical, numerical, rtol=1e-6, atol=1e-7)
 
 
 def test_mos_workspace_is_reused_after_backward_and_released_without_grad():
     head = make_head("mos").train()
-    hidden, targets = hidden_for("mos").requires_grad_(), targets_for()
-    head.target_log_probs(hidden, targets).sum().backward()
+    g, targets = make_g("mos").requires_grad_(), targets_for()
+    head.target_log_probs(g, targets).sum().backward()
     buffer = head.workspace._free
     assert buffer is not None and buffer.numel() == T * B * 3 * V   # given back by backward
-    log_p = head.target_log_probs(hidden, targets)
+    log_p = head.target_log_probs(g, targets)
     assert head.workspace._free is None                              # held by the graph ...
     log_p.sum().backward()
     assert head.workspace._free.data_ptr() == buffer.data_ptr()      # ... then the same memory
     with torch.no_grad():
-        head.target_log_probs(hidden, targets)
+        head.target_log_probs(g, targets)
     assert head.workspace._free.data_ptr() == buffer.data_ptr()      # no graph: back at once
     head.workspace.release()
     assert head.workspace._free is None
@@ -228,9 +228,9 @@ def test_mos_workspace_is_reused_after_backward_and_released_without_grad():
 def test_mos_evaluation_never_grows_the_training_workspace():
     head = make_head("mos").train()
     targets = targets_for()
-    head.target_log_probs(hidden_for("mos").requires_grad_(), targets).sum().backward()
+    head.target_log_probs(make_g("mos").requires_grad_(), targets).sum().backward()
     kept = head.workspace._free
-    bigger = hidden_for("mos").repeat(2, 1, 1)                      # twice the positions
+    bigger = make_g("mos").repeat(2, 1, 1)                          # twice the positions
     expected = gathered(head.eval(), bigger, targets.repeat(2, 1))
     with torch.no_grad():
         values = head.target_log_probs(bigger, targets.repeat(2, 1))
@@ -244,11 +244,11 @@ def test_mos_evaluation_never_grows_the_training_workspace():
 def test_mos_two_forwards_before_backward_get_their_own_buffers():
     head = make_head("mos", dtype=torch.float64).eval()
     first_targets, second_targets = targets_for(2), targets_for(3)
-    hidden = hidden_for("mos", torch.float64)
-    expected = [grads_of(lambda h, x: gathered(h, x, t), head, hidden)[1]
+    g = make_g("mos", torch.float64)
+    expected = [grads_of(lambda h, x: gathered(h, x, t), head, g)[1]
                 for t in (first_targets, second_targets)]
-    x1 = hidden.detach().requires_grad_()
-    x2 = hidden.detach().requires_grad_()
+    x1 = g.detach().requires_grad_()
+    x2 = g.detach().requires_grad_()
     first = head.target_log_probs(x1, first_targets)
     second = head.target_log_probs(x2, second_targets)
     weights = torch.rand(T, B, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
@@ -260,8 +260,8 @@ def test_mos_two_forwards_before_backward_get_their_own_buffers():
 
 def test_mos_target_backward_twice_is_an_error_not_a_wrong_gradient():
     head = make_head("mos").train()
-    hidden = hidden_for("mos").requires_grad_()
-    log_p = head.target_log_probs(hidden, targets_for())
+    g = make_g("mos").requires_grad_()
+    log_p = head.target_log_probs(g, targets_for())
     log_p.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         log_p.sum().backward()
@@ -270,36 +270,36 @@ def test_mos_target_backward_twice_is_an_error_not_a_wrong_gradient():
 @pytest.mark.parametrize("name", ["mos", "moc"])
 def test_mixture_dropout_is_on_in_training_only(name):
     head = make_head(name, HEADS[name].Options(components=3, dropoutl=0.5))
-    hidden = hidden_for(name)
+    g = make_g(name)
     head.train()
-    assert not torch.equal(head(hidden).log_probs, head(hidden).log_probs)
+    assert not torch.equal(head(g).log_probs, head(g).log_probs)
     head.eval()
-    assert torch.equal(head(hidden).log_probs, head(hidden).log_probs)
+    assert torch.equal(head(g).log_probs, head(g).log_probs)
 
 
 @pytest.mark.parametrize("name", list(HEADS))
-@pytest.mark.parametrize("hidden_scale, weight_scale", [(1e4, 1.0), (1.0, 1e4), (1.0, 1e30),
+@pytest.mark.parametrize("g_scale, weight_scale", [(1e4, 1.0), (1.0, 1e4), (1.0, 1e30),
                                                         (1e4, 1e30)])
-def test_extreme_inputs_give_finite_log_probs(name, hidden_scale, weight_scale):
+def test_extreme_inputs_give_finite_log_probs(name, g_scale, weight_scale):
     head = make_head(name).train()
     with torch.no_grad():
         head.decoder.weight.mul_(weight_scale)   # logits of order +-weight_scale (and beyond)
-    out = head(hidden_for(name, scale=hidden_scale))
+    out = head(make_g(name, scale=g_scale))
     assert torch.isfinite(out.log_probs).all()
     if out.transformed_logits is not None:
         assert torch.isfinite(out.transformed_logits).all()
     out.log_probs[..., 0].sum().backward()   # and backward runs without error
     targets = torch.randint(V, (T, B), generator=torch.Generator().manual_seed(0))
-    target_log_probs = head.target_log_probs(hidden_for(name, scale=hidden_scale), targets)
+    target_log_probs = head.target_log_probs(make_g(name, scale=g_scale), targets)
     assert torch.isfinite(target_log_probs).all()
     target_log_probs.sum().backward()
 
 
 def test_softmax_is_log_softmax_of_the_tied_logits():
     head = make_head("softmax", dtype=torch.float64)
-    hidden = hidden_for("softmax", torch.float64)
-    logits = hidden @ head.decoder.weight.T + head.decoder.bias
-    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(logits, -1))
+    g = make_g("softmax", torch.float64)
+    logits = g @ head.decoder.weight.T + head.decoder.bias
+    torch.testing.assert_close(head(g).log_probs, F.log_softmax(logits, -1))
 
 
 # --- options --------------------------------------------------------------------------------
@@ -340,20 +340,20 @@ def test_gss_transform_matches_the_formula(c, k):
 def test_ss_is_2l_minus_softplus_and_equals_gss_0_2():
     ss = make_head("ss", dtype=torch.float64)
     gss = make_head("gss", GSSOptions(c=0.0, k=2.0, compile=False), dtype=torch.float64)
-    hidden = hidden_for("ss", torch.float64, scale=4.0)
-    out = ss(hidden)
-    logits = ss.decoder(hidden)
+    g = make_g("ss", torch.float64, scale=4.0)
+    out = ss(g)
+    logits = ss.decoder(g)
     torch.testing.assert_close(out.transformed_logits, 2 * logits - F.softplus(logits))
     torch.testing.assert_close(out.log_probs, F.log_softmax(2 * logits - F.softplus(logits), -1))
-    torch.testing.assert_close(gss(hidden).log_probs, out.log_probs)
+    torch.testing.assert_close(gss(g).log_probs, out.log_probs)
 
 
 @pytest.mark.parametrize("c", [-1.5, 0.0, 3.0])
 def test_gss_with_k_1_is_the_softmax(c):
     gss = make_head("gss", GSSOptions(c=c, k=1.0, compile=False))
     softmax = make_head("softmax")
-    hidden = hidden_for("gss", scale=4.0)
-    torch.testing.assert_close(gss(hidden).log_probs, softmax(hidden).log_probs)
+    g = make_g("gss", scale=4.0)
+    torch.testing.assert_close(gss(g).log_probs, softmax(g).log_probs)
 
 
 def test_gss_transform_gradient_and_monotonicity():
@@ -402,23 +402,23 @@ def test_failed_compile_warns_once_and_falls_back_to_eager(monkeypatch):
 
 # --- MoS and MoC ----------------------------------------------------------------------------
 
-def mixture_reference(head, hidden: torch.Tensor):
+def mixture_reference(head, g: torch.Tensor):
     """Prior and contexts written out per component k, in float64, without dropout."""
     K = head.options.components
-    prior = torch.softmax(hidden @ head.prior.weight.T, -1)                 # (T, B, K)
-    latent = torch.tanh(hidden @ head.latent.weight.T + head.latent.bias)   # (T, B, K*E)
+    prior = torch.softmax(g @ head.prior.weight.T, -1)                      # (T, B, K)
+    latent = torch.tanh(g @ head.latent.weight.T + head.latent.bias)        # (T, B, K*E)
     contexts = [latent[..., k * E:(k + 1) * E] for k in range(K)]
     return prior, contexts
 
 
 def test_mos_matches_the_mixture_of_softmaxes():
     head = make_head("mos", dtype=torch.float64).eval()
-    hidden = hidden_for("mos", torch.float64, scale=2.0)
-    prior, contexts = mixture_reference(head, hidden)
+    g = make_g("mos", torch.float64, scale=2.0)
+    prior, contexts = mixture_reference(head, g)
     W, b = head.decoder.weight, head.decoder.bias
     probs = sum(prior[..., k:k + 1] * torch.softmax(h @ W.T + b, -1)
                 for k, h in enumerate(contexts))
-    torch.testing.assert_close(head(hidden).log_probs, probs.log())
+    torch.testing.assert_close(head(g).log_probs, probs.log())
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -455,33 +455,33 @@ def test_fused_mixture_saves_only_the_component_logits():
 
 def test_moc_matches_the_mixture_of_contexts():
     head = make_head("moc", dtype=torch.float64).eval()
-    hidden = hidden_for("moc", torch.float64, scale=2.0)
-    prior, contexts = mixture_reference(head, hidden)
+    g = make_g("moc", torch.float64, scale=2.0)
+    prior, contexts = mixture_reference(head, g)
     W, b = head.decoder.weight, head.decoder.bias
     context = sum(prior[..., k:k + 1] * h for k, h in enumerate(contexts))
-    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(context @ W.T + b, -1))
+    torch.testing.assert_close(head(g).log_probs, F.log_softmax(context @ W.T + b, -1))
 
 
 def test_mos_with_one_component_is_a_softmax_of_tanh_context():
     head = make_head("mos", MoSOptions(components=1, dropoutl=0.0, compile=False), dtype=torch.float64)
-    hidden = hidden_for("mos", torch.float64)
-    context = torch.tanh(head.latent(hidden))
-    torch.testing.assert_close(head(hidden).log_probs, F.log_softmax(head.decoder(context), -1))
+    g = make_g("mos", torch.float64)
+    context = torch.tanh(head.latent(g))
+    torch.testing.assert_close(head(g).log_probs, F.log_softmax(head.decoder(context), -1))
 
 
 def test_mos_keeps_rare_words_finite_where_log_of_sum_underflows():
     head = make_head("mos", dtype=torch.float64).eval()
     with torch.no_grad():
         head.decoder.bias[0] = -1e3       # p(word 0) ~ exp(-1000): 0 in float64
-    log_probs = head(hidden_for("mos", torch.float64)).log_probs
+    log_probs = head(make_g("mos", torch.float64)).log_probs
     assert torch.isfinite(log_probs).all() and (log_probs[..., 0] < -900).all()
 
 
 def test_mixture_latent_dropout_is_locked_over_time():
     head = make_head("mos", MoSOptions(components=3, dropoutl=0.5, compile=False)).train()
-    hidden = hidden_for("mos")[:1].expand(T, B, NHIDLAST_MIX)   # the same g at every step
-    _, contexts = head.components(hidden)
-    clean = torch.tanh(head.latent(hidden)).view(T, B, 3, E)
+    g = make_g("mos")[:1].expand(T, B, NHIDLAST_MIX)             # the same g at every step
+    _, contexts = head.components(g)
+    clean = torch.tanh(head.latent(g)).view(T, B, 3, E)
     for t in range(1, T):                                        # one mask for all steps ...
         assert torch.equal(contexts[t], contexts[0])
     assert not torch.equal(contexts[0, 0], contexts[0, 1])      # ... one per sequence

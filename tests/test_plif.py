@@ -151,21 +151,21 @@ def test_saves_only_the_logits_per_logit():
 
 
 def test_head_saves_four_bytes_per_logit_more_than_softmax():
-    def saved_storages(head, hidden) -> int:
+    def saved_storages(head, g) -> int:
         params = {p.untyped_storage().data_ptr() for p in [*head.parameters(), *head.buffers()]}
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                    for t in saved_by(head, hidden)}
+                    for t in saved_by(head, g)}
         return sum(n for ptr, n in storages.items() if ptr not in params)
 
     V, E = 500, 8
     embedding = nn.Parameter(torch.randn(V, E))
-    hidden = torch.randn(6, 4, E, requires_grad=True)
+    g = torch.randn(6, 4, E, requires_grad=True)
     softmax = HEADS["softmax"](HEADS["softmax"].Options(), V, E, E, embedding)
     for name, options in (("plif", PLIFOptions(compile=False)),
                           ("plif_frozen", FrozenPLIFOptions(compile=False))):
         head = HEADS[name](options, V, E, E, embedding)
-        extra = saved_storages(head, hidden) - saved_storages(softmax, hidden)
-        assert extra == 4 * hidden.shape[0] * hidden.shape[1] * V   # the logits, once
+        extra = saved_storages(head, g) - saved_storages(softmax, g)
+        assert extra == 4 * g.shape[0] * g.shape[1] * V   # the logits, once
 
 
 # --- the compiled kernels -------------------------------------------------------------------
@@ -201,9 +201,9 @@ def make(name: str, options, seed: int = 0):
 ])
 def test_head_applies_plif_to_the_tied_logits(name, options):
     head = make(name, options)
-    hidden = torch.randn(5, 2, 6)
-    out = head(hidden)
-    logits = hidden @ head.decoder.weight.T + head.decoder.bias
+    g = torch.randn(5, 2, 6)
+    out = head(g)
+    logits = g @ head.decoder.weight.T + head.decoder.bias
     expected = plif_reference(logits, head.v, 3.0)
     torch.testing.assert_close(out.transformed_logits, expected)
     torch.testing.assert_close(out.log_probs, F.log_softmax(expected, -1))
@@ -246,5 +246,5 @@ def test_frozen_slopes_round_trip_through_state_dict():
     assert "v" in trained.state_dict()
     fresh.load_state_dict(trained.state_dict())
     assert torch.equal(fresh.v, trained.v)
-    hidden = torch.randn(5, 2, 6)
-    torch.testing.assert_close(fresh(hidden).log_probs, trained(hidden).log_probs)
+    g = torch.randn(5, 2, 6)
+    torch.testing.assert_close(fresh(g).log_probs, trained(g).log_probs)

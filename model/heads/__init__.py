@@ -1,26 +1,24 @@
 """Registry: the config name of a head -> its class, in the order of the result tables.
 
-Adding a head is one file in this folder (an OutputHead subclass, see base.py) and one line here.
+Adding a head is one file in this folder (an OutputHead subclass, see base.py), its import here
+and its line at the end of HEADS.
 """
 from __future__ import annotations
 
-from importlib import import_module
-
-from .base import HeadOutput, NoOptions, OutputHead, TiedDecoder
-
-
-def _head(module: str, name: str) -> type[OutputHead]:
-    return getattr(import_module(f".{module}", __name__), name)
-
+from .base import HeadOutput, NoOptions, OutputHead, PointwiseTransformHead, TiedDecoder
+from .mixture import MoCHead, MoSHead
+from .plif import FrozenPLIFHead, PLIFHead
+from .sigsoftmax import GSSHead, SigSoftmaxHead
+from .softmax import SoftmaxHead
 
 HEADS: dict[str, type[OutputHead]] = {
-    "softmax": _head("softmax", "SoftmaxHead"),
-    "ss": _head("sigsoftmax", "SigSoftmaxHead"),
-    "gss": _head("sigsoftmax", "GSSHead"),
-    "plif": _head("plif", "PLIFHead"),
-    "plif_frozen": _head("plif", "FrozenPLIFHead"),
-    "mos": _head("mixture", "MoSHead"),
-    "moc": _head("mixture", "MoCHead"),
+    "softmax": SoftmaxHead,
+    "ss": SigSoftmaxHead,
+    "gss": GSSHead,
+    "plif": PLIFHead,
+    "plif_frozen": FrozenPLIFHead,
+    "mos": MoSHead,
+    "moc": MoCHead,
 }
 
-__all__ = ["HEADS", "HeadOutput", "NoOptions", "OutputHead", "TiedDecoder"]
+__all__ = ["HEADS", "HeadOutput", "NoOptions", "OutputHead", "PointwiseTransformHead", "TiedDecoder"]

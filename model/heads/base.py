@@ -1,17 +1,19 @@
 """The one interface every output head implements.
 
-A head maps the (dropped) last-layer LSTM output g, shape (T, B, nhidlast), to
-log-probabilities over the vocabulary, shape (T, B, V). Heads that apply a pointwise
-function f to the logits l = W g + b (SS, GSS, PLIF) also return f(l): rank.py needs it.
-Training and perplexity need only the targets' log-probabilities: `target_log_probs` gives
-them, by default from forward(); a head may compute them more cheaply (MoS does).
+A head maps g, the (dropped) last-layer LSTM output of shape (T, B, nhidlast), to
+log-probabilities over the vocabulary, shape (T, B, V). Every head has the tied decoder
+l = W g + b (`self.decoder`, made here). Heads that apply a pointwise function f to the logits
+(SS, GSS, PLIF) also return f(l): rank.py needs it; `PointwiseTransformHead` is their common
+form. Training and perplexity need only the targets' log-probabilities: `target_log_probs`
+gives them, by default from forward(); a head may compute them more cheaply (MoS does).
 
 A head class is the single source of what the rest of the repository needs to know about it:
 its config options (`Options`, a small frozen dataclass: the keys a config may set under
 `head:` besides `name`; validated, so a key the head does not use is an error), its name in
 tables and figures (`label`), whether it returns transformed logits, options small enough for
 tests (`small_options`), and its maths written plainly (`reference`), which the tests compare
-with the (possibly fused) `forward`. Tests, tables, benchmarks and launch scripts read these.
+with the (possibly fused) `forward`. The config loader, the result tables, the benchmarks, the
+synthetic experiment and the tests read these.
 """
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ class TiedDecoder(nn.Module):
         self.weight = tied_weight
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weight, self.bias)
+    def forward(self, g: torch.Tensor) -> torch.Tensor:
+        return F.linear(g, self.weight, self.bias)
 
 
 class OutputHead(nn.Module):
@@ -58,8 +60,7 @@ class OutputHead(nn.Module):
       vocab_size    V
       emsize        d_emb, the size of the tied decoder rows
       nhidlast      size of g, the last LSTM layer's output
-      tied_weight   the embedding matrix (V x d_emb), shared as the decoder weight (every head
-                    has `self.decoder`, a TiedDecoder)
+      tied_weight   the embedding matrix (V x d_emb), shared as the weight of `self.decoder`
     """
 
     Options: ClassVar[type] = NoOptions
@@ -74,27 +75,28 @@ class OutputHead(nn.Module):
         super().__init__()
         self.options = options
         self.vocab_size = vocab_size
+        self.decoder = TiedDecoder(vocab_size, tied_weight)
 
     @classmethod
     def small_options(cls):
         """Options for tiny test and smoke-test models (eager kernels, few parameters)."""
         return cls.Options()
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:  # pragma: no cover - abstract
+    def forward(self, g: torch.Tensor) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
+    def reference(self, g: torch.Tensor) -> HeadOutput:
         """The head's equation written plainly, with plain autograd: the same values and
         gradients as forward() (tests check it), however forward computes them. A head whose
         forward is already the plain formula keeps this default."""
-        return self(hidden)
+        return self(g)
 
-    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def target_log_probs(self, g: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p(target) at every position, (T, B): all that the loss and perplexity need.
 
         The same values as gathering forward()'s log-probabilities (which is what this does);
         a head whose full (T, B, V) output is costly overrides it (MoS)."""
-        log_probs = self(hidden).log_probs
+        log_probs = self(g).log_probs
         return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
     def extra_param_groups(self) -> list[dict]:
@@ -104,3 +106,29 @@ class OutputHead(nn.Module):
         of the main group. The training loop rescales every group's lr by seq_len / bptt.
         """
         return []
+
+
+class PointwiseTransformHead(OutputHead):
+    """log p = log_softmax(f(l)), l = W g + b, for a pointwise f; forward() returns f(l) too.
+
+    A subclass gives f twice: `transform` as forward runs it (a fused kernel, say) and
+    `transform_reference` as written, for `reference()`; a plain f needs only `transform`.
+    """
+
+    has_transformed_logits = True
+
+    def transform(self, logits: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def transform_reference(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.transform(logits)
+
+    def forward(self, g: torch.Tensor) -> HeadOutput:
+        return _log_softmax_of(self.transform(self.decoder(g)))
+
+    def reference(self, g: torch.Tensor) -> HeadOutput:
+        return _log_softmax_of(self.transform_reference(self.decoder(g)))
+
+
+def _log_softmax_of(transformed: torch.Tensor) -> HeadOutput:
+    return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)

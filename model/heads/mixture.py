@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ..body import locked_dropout
 from ..kernels.mixture import Workspace, mixture_log_softmax, mixture_target_log_prob
-from .base import HeadOutput, OutputHead, TiedDecoder
+from .base import HeadOutput, OutputHead
 
 
 def mos_reference(logits: torch.Tensor, log_prior: torch.Tensor) -> torch.Tensor:
@@ -62,18 +62,20 @@ class _MixtureHead(OutputHead):
         self.emsize = emsize
         self.prior = nn.Linear(nhidlast, options.components, bias=False)
         self.latent = nn.Linear(nhidlast, options.components * emsize)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
+        # The decoder's bias stays the last parameter, after prior and latent: last.pt keeps
+        # the optimizer's state by parameter position.
+        self.register_module("decoder", self._modules.pop("decoder"))
 
     @classmethod
     def small_options(cls):
         return cls.Options(components=3)
 
-    def components(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def components(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Prior logits W_pi g (T, B, K) and the dropped contexts h (T, B, K, d_emb)."""
-        contexts = torch.tanh(self.latent(hidden))
+        contexts = torch.tanh(self.latent(g))
         # One mask per sequence over all K * d_emb units, shared by every time step.
         contexts = locked_dropout(contexts, self.options.dropoutl, self.training)
-        return self.prior(hidden), contexts.view(*hidden.shape[:2], -1, self.emsize)
+        return self.prior(g), contexts.view(*g.shape[:2], -1, self.emsize)
 
 
 class MoSHead(_MixtureHead):
@@ -89,18 +91,18 @@ class MoSHead(_MixtureHead):
     def small_options(cls):
         return cls.Options(components=3, compile=False)
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
-        prior_logits, contexts = self.components(hidden)
+    def reference(self, g: torch.Tensor) -> HeadOutput:
+        prior_logits, contexts = self.components(g)
         return HeadOutput(mos_reference(self.decoder(contexts), F.log_softmax(prior_logits, -1)), None)
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        prior_logits, contexts = self.components(hidden)
+    def forward(self, g: torch.Tensor) -> HeadOutput:
+        prior_logits, contexts = self.components(g)
         log_prior = F.log_softmax(prior_logits, dim=-1)                    # (T, B, K)
         log_p = mixture_log_softmax(self.decoder(contexts), log_prior, self.options.compile)
         return HeadOutput(log_p, None)
 
-    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        prior_logits, contexts = self.components(hidden)
+    def target_log_probs(self, g: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        prior_logits, contexts = self.components(g)
         log_prior = F.log_softmax(prior_logits, dim=-1)
         n, k = targets.numel(), self.options.components
         log_p = mixture_target_log_prob(contexts.reshape(n, k, self.emsize), self.decoder.weight,
@@ -112,8 +114,8 @@ class MoSHead(_MixtureHead):
 class MoCHead(_MixtureHead):
     label = "MoC"
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        prior_logits, contexts = self.components(hidden)
+    def forward(self, g: torch.Tensor) -> HeadOutput:
+        prior_logits, contexts = self.components(g)
         prior = F.softmax(prior_logits, dim=-1).unsqueeze(-1)               # (T, B, K, 1)
         context = (prior * contexts).sum(dim=2)                             # (T, B, d_emb)
         return HeadOutput(F.log_softmax(self.decoder(context), dim=-1), None)

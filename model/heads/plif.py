@@ -1,10 +1,11 @@
 """LMS-PLIF ([LMS] section 4) and its frozen variant LMS-PLIF† ([SB] Table 3).
 
-log p = log_softmax(f(l)), l = W g + b, with f a Piecewise Linear Increasing Function: K + 1
-equally spaced knots on [-T, T], Delta = 2T/K, slopes s_i = softplus(v_i) > 0. For x in bucket
+log p = log_softmax(f(l)), l = W g + b, with f a Piecewise Linear Increasing Function of K
+equal pieces of [-T, T] (K is the option `knots`, T the option `bound`): piece i starts at
+knot_i = -T + i Delta, Delta = 2T/K, and has the slope s_i = softplus(v_i) > 0. For x in piece
 i = clamp(floor((x + T) / Delta), 0, K - 1),
 
-    f(x) = s_i (x - knot_i) + Delta * sum_{j<i} s_j,        knot_i = -T + i Delta,
+    f(x) = s_i (x - knot_i) + Delta * sum_{j<i} s_j,
 
 so f is continuous, and logits outside [-T, T] continue the two edge pieces. `plif_reference`
 is this definition with plain autograd (which would store an index per logit); the heads run a
@@ -21,23 +22,23 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..kernels.plif import plif
-from .base import HeadOutput, OutputHead, TiedDecoder
+from .base import PointwiseTransformHead
 
 
 def plif_reference(x: torch.Tensor, v: torch.Tensor, bound: float) -> torch.Tensor:
     """f(x) of the definition above, elementwise, with K = len(v) pieces on [-bound, bound]."""
-    knots = v.shape[0]
-    delta = 2 * bound / knots
+    pieces = v.shape[0]
+    delta = 2 * bound / pieces
     s = F.softplus(v)
     below = torch.cumsum(s, 0) - s                                   # sum_{j<i} s_j
-    i = torch.floor((x + bound) / delta).clamp(0, knots - 1).long()
+    i = torch.floor((x + bound) / delta).clamp(0, pieces - 1).long()
     return s[i] * (x - (-bound + i.to(x.dtype) * delta)) + delta * below[i]
 
 
 @dataclass(frozen=True)
 class FrozenPLIFOptions:
-    knots: int = 100_000   # K, the number of linear pieces
-    bound: float = 20.0    # T: the knots span [-T, T]
+    knots: int = 100_000   # K, the number of linear pieces (each has its own slope)
+    bound: float = 20.0    # T: the pieces span [-T, T]
     compile: bool = True   # fuse the per-logit kernels with torch.compile (eager fallback)
 
     def __post_init__(self):
@@ -57,18 +58,16 @@ class PLIFOptions(FrozenPLIFOptions):
             raise ValueError(f"lr: expected a finite value > 0, got {self.lr}")
 
 
-class PLIFHead(OutputHead):
+class PLIFHead(PointwiseTransformHead):
     """LMS-PLIF: the slopes are learnt, through v, with a learning rate of their own."""
 
     Options = PLIFOptions
     label = "LMS-PLIF"
-    has_transformed_logits = True
     trainable_slopes = True
 
     def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int,
                  tied_weight: nn.Parameter):
         super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
         # N(0, 1) + log(e - 1): softplus(log(e - 1)) = 1, so f starts near the identity.
         v = torch.randn(options.knots) + math.log(math.e - 1)
         if self.trainable_slopes:
@@ -80,13 +79,11 @@ class PLIFHead(OutputHead):
     def small_options(cls):
         return cls.Options(knots=16, bound=4.0, compile=False)
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = plif_reference(self.decoder(hidden), self.v, self.options.bound)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform(self, logits: torch.Tensor) -> torch.Tensor:
+        return plif(logits, self.v, self.options.bound, self.options.compile)
 
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = plif(self.decoder(hidden), self.v, self.options.bound, self.options.compile)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+    def transform_reference(self, logits: torch.Tensor) -> torch.Tensor:
+        return plif_reference(logits, self.v, self.options.bound)
 
     def extra_param_groups(self) -> list[dict]:
         return [{"params": [self.v], "lr": self.options.lr}]

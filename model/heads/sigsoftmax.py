@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.gss import gss_transform
-from .base import HeadOutput, OutputHead, TiedDecoder
+from .base import PointwiseTransformHead
 
 
 def gss_reference(logits: torch.Tensor, c: float, k: float) -> torch.Tensor:
@@ -42,14 +42,9 @@ class GSSOptions:
             raise ValueError(f"k: expected a finite value > 0, got {self.k}")
 
 
-class SigSoftmaxHead(OutputHead):
+class SigSoftmaxHead(PointwiseTransformHead):
     Options = SigSoftmaxOptions
     label = "SS"
-    has_transformed_logits = True
-
-    def __init__(self, options, vocab_size: int, emsize: int, nhidlast: int, tied_weight):
-        super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
 
     @classmethod
     def small_options(cls):
@@ -59,14 +54,12 @@ class SigSoftmaxHead(OutputHead):
         """(c, k) of the transform."""
         return 0.0, 2.0
 
-    def reference(self, hidden: torch.Tensor) -> HeadOutput:
-        transformed = gss_reference(self.decoder(hidden), *self.shape())
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
-
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
+    def transform(self, logits: torch.Tensor) -> torch.Tensor:
         c, k = self.shape()
-        transformed = gss_transform(self.decoder(hidden), c, k, self.options.compile)
-        return HeadOutput(F.log_softmax(transformed, dim=-1), transformed)
+        return gss_transform(logits, c, k, self.options.compile)
+
+    def transform_reference(self, logits: torch.Tensor) -> torch.Tensor:
+        return gss_reference(logits, *self.shape())
 
 
 class GSSHead(SigSoftmaxHead):

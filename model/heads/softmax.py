@@ -4,15 +4,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import HeadOutput, OutputHead, TiedDecoder
+from .base import HeadOutput, OutputHead
 
 
 class SoftmaxHead(OutputHead):
     label = "Softmax"
 
-    def __init__(self, options, vocab_size, emsize, nhidlast, tied_weight):
-        super().__init__(options, vocab_size, emsize, nhidlast, tied_weight)
-        self.decoder = TiedDecoder(vocab_size, tied_weight)
-
-    def forward(self, hidden: torch.Tensor) -> HeadOutput:
-        return HeadOutput(F.log_softmax(self.decoder(hidden), dim=-1), None)
+    def forward(self, g: torch.Tensor) -> HeadOutput:
+        return HeadOutput(F.log_softmax(self.decoder(g), dim=-1), None)
