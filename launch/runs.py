@@ -221,7 +221,7 @@ def comparable(config: dict) -> dict:
     return out
 
 
-def check_same_run(run: PlannedRun) -> None:
+def check_same_experiment(run: PlannedRun) -> None:
     """Refuse to continue a run directory that holds a different experiment."""
     saved_path = run.dir / "config.yaml"
     if not saved_path.is_file():
@@ -277,7 +277,7 @@ def pending_commands(run: PlannedRun) -> list[list[str]]:
         source = ["--finetune", str(run.finetune_of)] if run.finetune_of else [str(run.config_path)]
         commands.append([py, str(SCRIPTS["train"]), *source, *run.overrides])
     else:
-        check_same_run(run)
+        check_same_experiment(run)
         if not is_finished(run):
             commands.append([py, str(SCRIPTS["train"]), "--resume", str(run.dir), *resume_overrides(run)])
     training = bool(commands)
