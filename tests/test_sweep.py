@@ -330,3 +330,16 @@ def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
         sweep.main([CONFIG, "--out", "x", *argv])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+
+
+def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
+    """sweep.py --jobs 2 in a subprocess: two real runs at once, each logged in its own folder."""
+    out = tmp_path / "real"
+    proc = subprocess.run([sys.executable, "sweep.py", CONFIG, *overrides, "--seeds", "1", "2",
+                           "--out", str(out), "--jobs", "2"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sweep: 2 done" in proc.stdout
+    for seed in (1, 2):
+        run = out / f"ptb-softmax-seed{seed}"
+        assert json.loads((run / "eval_best.json").read_text())["test_ppl"] > 1
+        assert f"run {run}" in (run / "sweep.log").read_text()
