@@ -20,7 +20,7 @@ and its report commands; every option below applies to it too, except those a pl
 An experiment of a plan with `finetune_best` has a second stage: once all its runs are trained
 and evaluated, the sweep finetunes the one with the best validation perplexity and evaluates
 it (local, --jobs and gpus modes; a Slurm array trains the first stage, and `python sweep.py
-PLAN` afterwards runs the second).
+PLAN --finetune-only` afterwards runs the second).
 """
 from __future__ import annotations
 
@@ -74,6 +74,9 @@ def parse_args(argv=None):
     parser.add_argument("--submit", action="store_true", help="slurm mode: submit the script with sbatch")
     parser.add_argument("--task", type=int, metavar="I",
                         help="run only the I-th planned run (0-based): what each slurm array task does")
+    parser.add_argument("--finetune-only", action="store_true",
+                        help="a plan: only its finetune_best stage, for the experiments whose runs "
+                             "are all trained and evaluated (after a Slurm array, say)")
     parser.add_argument("--dry-run", action="store_true", help="print the planned commands, run nothing")
     args = parser.parse_intermixed_args(argv)
     if args.seeds:
@@ -93,6 +96,8 @@ def parse_args(argv=None):
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
+    if args.finetune_only and (args.task is not None or args.mode == "slurm"):
+        parser.error("--finetune-only runs the second stage here: not with --task or --mode slurm")
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit: expected an integer >= 1, got {args.limit}")
     args.plan = None                     # loaded in main(), where its errors become one line
@@ -103,6 +108,8 @@ def parse_args(argv=None):
             parser.error(f"{given[0]}: {args.config} is a plan, which names its own grids and rank options")
     elif args.report:
         parser.error("--report runs a plan's report commands: give a plan file")
+    elif args.finetune_only:
+        parser.error("--finetune-only runs a plan's finetune_best stage: give a plan file")
     elif not args.out:
         parser.error("--out: give the folder for the run directories (a plan names its own)")
     return args
@@ -207,9 +214,9 @@ def main(argv=None) -> int:
             return write_slurm(args, runs)
         second_stage = args.task is None
         if args.dry_run:
-            print_plan(runs, *(finetune_runs(runs) if second_stage else ((), ())))
+            print_plan([] if args.finetune_only else runs, *(finetune_runs(runs) if second_stage else ((), ())))
             return 0
-        outcomes = run_all(args, runs)
+        outcomes = {} if args.finetune_only else run_all(args, runs)
         if second_stage:
             finetunes, waiting = finetune_runs(runs)
             outcomes.update(run_all(args, finetunes))

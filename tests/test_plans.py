@@ -247,3 +247,15 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     calls.clear()
     assert sweep.main(argv) == 0                   # done: nothing runs again
     assert calls == []
+    # --finetune-only: the second stage alone, once the first stage's runs are all evaluated
+    (out / f"ptb-softmax-seed{best}" / "finetune" / "eval_best_cache.json").unlink()
+    (out / "ptb-softmax-seed1" / "eval_best.json").touch()      # stays fresh: nothing to redo
+    capsys.readouterr()
+    assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "# [finetune 1/1]" in printed and "# [1/3]" not in printed
+    assert sweep.main([*argv, "--finetune-only"]) == 0
+    assert [Path(c[1]).name for c in calls] == ["evaluate.py"] and "--cache" in calls[0]
+    with pytest.raises(SystemExit):
+        sweep.main(["configs/ptb/softmax.yaml", "--finetune-only", "--out", "x"])
+    assert "--finetune-only runs a plan's finetune_best stage" in capsys.readouterr().err
