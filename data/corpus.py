@@ -1,4 +1,4 @@
-"""Word-level corpora: tokenisation, vocabulary and a checksum-keyed id cache.
+"""Word-level corpora: tokenisation, vocabulary and a checksum-keyed token cache.
 
 Tokenisation follows docs/reference.md section 1: every line (empty ones included) is split on
 whitespace and gets an `<eos>`; ids are numbered in order of first appearance over
@@ -90,7 +90,7 @@ def resolve_data_dir(flag_value: str | Path | None) -> Path:
     return Path(chosen).expanduser()
 
 
-def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
+def resolve_token_cache_dir(cache_dir: str | Path | None) -> Path:
     chosen = cache_dir or os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR
     return Path(chosen).expanduser()
 
@@ -122,12 +122,12 @@ def load_corpus(
 
     paths = [folder / name for name in SPLIT_FILES]
     hashes = [file_sha256(p) for p in paths]  # read once: for the cache key and the check
-    key = _cache_key(hashes)
-    cache_path = resolve_cache_dir(cache_dir) / f"{dataset}-{key[:32]}.npz"
-    cached = _read_cache(cache_path, key)
+    key = _token_cache_key(hashes)
+    cache_path = resolve_token_cache_dir(cache_dir) / f"{dataset}-{key[:32]}.npz"
+    cached = _read_token_cache(cache_path, key)
     if cached is None:
         cached = tokenize(paths)
-        _write_cache(cache_path, key, *cached)
+        _write_token_cache(cache_path, key, *cached)
     vocab, arrays = cached
     if not allow_modified:
         _check_published(dataset, paths, hashes, arrays)
@@ -199,7 +199,7 @@ def _as_tensor(ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(ids.astype(np.int64))
 
 
-def _cache_key(file_hashes: Sequence[str]) -> str:
+def _token_cache_key(file_hashes: Sequence[str]) -> str:
     """Changes whenever a source file's bytes or the cache version change."""
     parts = [f"v{CACHE_VERSION}"] + list(file_hashes)
     return hashlib.sha256(" ".join(parts).encode("ascii")).hexdigest()
@@ -211,7 +211,7 @@ def _cache_key(file_hashes: Sequence[str]) -> str:
 # right name.
 
 
-def _read_cache(path: Path, key: str) -> tuple[list[str], list[np.ndarray]] | None:
+def _read_token_cache(path: Path, key: str) -> tuple[list[str], list[np.ndarray]] | None:
     """The cached vocabulary and ids, or None if absent, unreadable or invalid."""
     if not path.is_file():
         return None
@@ -223,10 +223,10 @@ def _read_cache(path: Path, key: str) -> tuple[list[str], list[np.ndarray]] | No
             vocab = text.split("\n") if text else []
             arrays = [npz[name] for name in ("train", "valid", "test")]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-        log.warning("ignoring unreadable corpus cache %s (%s); rebuilding it", path, err)
+        log.warning("ignoring unreadable token cache %s (%s); rebuilding it", path, err)
         return None
     if not _ids_are_valid(arrays, len(vocab)) or len(set(vocab)) != len(vocab):
-        log.warning("ignoring inconsistent corpus cache %s; rebuilding it", path)
+        log.warning("ignoring inconsistent token cache %s; rebuilding it", path)
         return None
     return vocab, arrays
 
@@ -240,7 +240,7 @@ def _ids_are_valid(arrays: list[np.ndarray], vocab_size: int) -> bool:
     )
 
 
-def _write_cache(
+def _write_token_cache(
     path: Path, key: str, vocab: list[str], arrays: list[np.ndarray]
 ) -> None:
     """Write atomically (temp file + os.replace) so a crash never leaves a
@@ -264,6 +264,6 @@ def _write_cache(
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except OSError as err:
-        log.warning("cannot write corpus cache %s (%s); continuing without it", path, err)
+        log.warning("cannot write token cache %s (%s); continuing without it", path, err)
         if tmp_name is not None:
             Path(tmp_name).unlink(missing_ok=True)

@@ -37,7 +37,7 @@ def shared_data_dir() -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_dir(tmp_path_factory):
-    """Keep the tokenised-corpus cache of the test session out of the user's ~/.cache."""
+    """Keep the token cache of the test session out of the user's ~/.cache."""
     if "AWD_CACHE_DIR" not in os.environ:
         os.environ["AWD_CACHE_DIR"] = str(tmp_path_factory.mktemp("awd-cache"))
     yield

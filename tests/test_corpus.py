@@ -1,4 +1,4 @@
-"""Tests for data.corpus: tokenisation, vocabulary order, the id cache and errors."""
+"""Tests for data.corpus: tokenisation, vocabulary order, the token cache and errors."""
 
 from __future__ import annotations
 
