@@ -49,7 +49,7 @@ def exit_process(code: int):
     DDP's reducer holds the process group until the process ends, so gloo's worker threads outlive
     destroy_process_group; one that releases a finished collective's tensors while the interpreter
     is finalizing needs the GIL and aborts the process ("terminate called without an active
-    exception", SIGABRT, in about one run in ten here; pytorch/pytorch#179291). Everything the
+    exception", SIGABRT; pytorch/pytorch#179291). Everything the
     run writes is closed by then, so the finalization is skipped."""
     if not any(name in os.environ for name in LAUNCH_VARIABLES):
         sys.exit(code)
