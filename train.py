@@ -353,7 +353,7 @@ class Trainer:
         (the hidden states in rank order: those of the single-process run's chunks)."""
         p = self.progress
         hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
-        ranks = self.world.gather((checkpoint.rng_state(self.sampler), hidden))
+        ranks = self.world.gather((checkpoint.rng_state(self.sampler, self.device), hidden))
         if not self.world.is_main:
             return
         rngs, hiddens = zip(*ranks)
@@ -377,8 +377,7 @@ class Trainer:
         if self.progress.hidden is not None:
             first = self.world.rank * len(self.chunks)
             self.progress.hidden = self.progress.hidden[first: first + len(self.chunks)]
-        rngs = [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])]
-        checkpoint.restore_rng_state(rngs[self.world.rank], self.sampler)
+        checkpoint.restore_rng_state(rank_rng_state(ckpt, self.world.rank), self.sampler, self.device, path)
 
 
 class SilentProgress:
@@ -529,6 +528,11 @@ def check_world_size(ckpt: dict, world: World, path: Path) -> None:
                               f"states are in the checkpoint")
 
 
+def rank_rng_state(ckpt: dict, rank: int) -> dict:
+    """The random-number state last.pt holds for process `rank`."""
+    return [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])][rank]
+
+
 def load_initial_weights(model, path: str, corpus) -> None:
     try:
         init = checkpoint.load(path)
@@ -647,6 +651,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
         check_same_run(run_dir, ckpt_path, identity)
         check_world_size(resume_ckpt, world, ckpt_path)
+        checkpoint.training_device_cuda_state(rank_rng_state(resume_ckpt, world.rank), device, ckpt_path)
         checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")
     elif world.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)

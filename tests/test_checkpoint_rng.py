@@ -1,0 +1,85 @@
+"""The CUDA random state a checkpoint keeps: the training device's only, so a run resumes with
+other GPUs visible (fake device counts: no GPU is needed)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from experiment import checkpoint
+from experiment.checkpoint import CheckpointError
+
+
+class FakeCuda:
+    """torch.cuda's random-state functions for `count` visible GPUs, recording what is set."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.states = [torch.full((16,), i, dtype=torch.uint8) for i in range(count)]
+        self.restored: dict[int, torch.Tensor] = {}
+
+    def index(self, device) -> int:
+        device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        index = 0 if device.index is None else device.index
+        if index >= self.count:
+            raise IndexError(f"no GPU {index} of {self.count}")
+        return index
+
+    def install(self, monkeypatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: self.count)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: list(self.states))
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.states[self.index(device)])
+        monkeypatch.setattr(torch.cuda, "set_rng_state",
+                            lambda state, device="cuda": self.restored.__setitem__(self.index(device), state))
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all",
+                            lambda states: [self.restored.__setitem__(self.index(i), s)
+                                            for i, s in enumerate(states)])
+
+
+class Sampler:
+    def state_dict(self):
+        return {"position": 3}
+
+    def load_state_dict(self, state):
+        assert state == {"position": 3}
+
+
+def test_a_checkpoint_of_8_visible_gpus_resumes_with_one(monkeypatch):
+    eight = FakeCuda(8)
+    eight.install(monkeypatch)
+    old_format = {"torch": torch.get_rng_state(), "sampler": Sampler().state_dict(),
+                  "cuda": torch.cuda.get_rng_state_all()}          # what older checkpoints hold
+    one = FakeCuda(1)
+    one.install(monkeypatch)
+    checkpoint.restore_rng_state(old_format, Sampler(), torch.device("cuda", 0), "last.pt")
+    assert list(one.restored) == [0] and torch.equal(one.restored[0], eight.states[0])
+
+
+def test_only_the_training_devices_state_is_saved_and_restored(monkeypatch):
+    gpus = FakeCuda(8)
+    gpus.install(monkeypatch)
+    saved = checkpoint.rng_state(Sampler(), torch.device("cuda", 5))
+    assert torch.equal(saved["cuda"], gpus.states[5])
+    one = FakeCuda(1)
+    one.install(monkeypatch)
+    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cuda", 0), "last.pt")
+    assert list(one.restored) == [0] and torch.equal(one.restored[0], gpus.states[5])
+
+
+def test_an_old_checkpoint_without_the_devices_entry_is_one_line(monkeypatch):
+    two = FakeCuda(2)
+    two.install(monkeypatch)
+    old_format = {"torch": torch.get_rng_state(), "sampler": {}, "cuda": torch.cuda.get_rng_state_all()}
+    FakeCuda(4).install(monkeypatch)
+    with pytest.raises(CheckpointError, match=r"last.pt: holds the CUDA random states of 2 GPU\(s\).*cuda:3"):
+        checkpoint.training_device_cuda_state(old_format, torch.device("cuda", 3), "last.pt")
+
+
+def test_cpu_runs_save_no_cuda_state_and_ignore_a_saved_one(monkeypatch):
+    gpus = FakeCuda(2)
+    gpus.install(monkeypatch)
+    assert checkpoint.rng_state(Sampler(), torch.device("cpu"))["cuda"] is None
+    saved = {"torch": torch.get_rng_state(), "sampler": Sampler().state_dict(), "cuda": gpus.states[1]}
+    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cpu"), "last.pt")
+    assert gpus.restored == {}
