@@ -126,7 +126,7 @@ class Trainer:
         self.chunks = column_chunks(self.train_data.size(1), config.small_batch_size)
         # The same sequence lengths on every rank: the sampler's stream derives from the seed only.
         self.sampler = SequenceLengthSampler(t.bptt, t.max_seq_len_delta, t.seed)
-        self.training_model = world.parallel(model, device)
+        self.training_model = world.parallel(model, device, config.run.ddp_reduce)
         averaging_from_start = t.asgd_trigger == "start"
         self.optimizer = self.make_optimizer(AveragedSGD if averaging_from_start else torch.optim.SGD)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
