@@ -59,6 +59,37 @@ def _exclusive_cumsum(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([t.new_zeros(1), torch.cumsum(t, 0)[:-1]])
 
 
+def _bucket_sums(x: torch.Tensor, grad: torch.Tensor, bound: float, knots: int,
+                 compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per bucket, the sums of grad * (x - knot_i) and of grad over its logits, chunk by chunk;
+    in a fixed order of additions when torch's deterministic algorithms are on."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    # Both per-bucket sums in one scatter of the pairs read as complex numbers: eager
+    # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
+    # goes through atomic adds and is several times slower on CPU.
+    sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
+    for start in range(0, x.numel(), _SCATTER_CHUNK):
+        chunk = slice(start, start + _SCATTER_CHUNK)
+        bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], bound, knots, compiled=compiled)
+        if deterministic:
+            sums += torch.view_as_complex(_ordered_bucket_sums(bucket, pairs, knots).to(pairs.dtype))
+        else:
+            sums.index_add_(0, bucket, torch.view_as_complex(pairs))
+    return sums.real, sums.imag
+
+
+def _ordered_bucket_sums(bucket: torch.Tensor, pairs: torch.Tensor, knots: int) -> torch.Tensor:
+    """The (knots, 2) per-bucket sums of `pairs` without atomic adds (a GPU's index_add_ adds
+    in whatever order its threads arrive): the pairs sorted by bucket (stably), a float64
+    running sum, and each bucket's sum as the difference of the running sum at its ends."""
+    order = torch.argsort(bucket, stable=True)
+    running = torch.cumsum(pairs[order].double(), 0)
+    running = torch.cat([running.new_zeros(1, 2), running])
+    ends = torch.searchsorted(bucket[order], torch.arange(knots + 1, device=bucket.device,
+                                                          dtype=bucket.dtype))
+    return running[ends[1:]] - running[ends[:-1]]
+
+
 class _PLIF(torch.autograd.Function):
     """f(x) for every logit x, as defined in model/heads/plif.py, with s = softplus(v).
 
@@ -92,13 +123,7 @@ class _PLIF(torch.autograd.Function):
             # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
             # goes through atomic adds and is several times slower on CPU.
             knots = v.shape[0]
-            sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
-            for start in range(0, x.numel(), _SCATTER_CHUNK):
-                chunk = slice(start, start + _SCATTER_CHUNK)
-                bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], ctx.bound, knots,
-                                              compiled=ctx.compiled)
-                sums.index_add_(0, bucket, torch.view_as_complex(pairs))
-            in_bucket, per_bucket = sums.real, sums.imag
+            in_bucket, per_bucket = _bucket_sums(x, grad, ctx.bound, knots, ctx.compiled)
             delta = 2 * ctx.bound / v.shape[0]
             above = _exclusive_cumsum(per_bucket.flip(0)).flip(0)   # sum over buckets > j
             grad_v = (in_bucket + delta * above) * torch.sigmoid(v)
