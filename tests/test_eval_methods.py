@@ -21,6 +21,7 @@ from experiment.loading import load_trained
 from model import build_model
 from model.heads import HEADS
 from tests.conftest import TINY, head_overrides
+from tests.test_evaluation import HostReads
 
 CPU = torch.device("cpu")
 
@@ -198,6 +199,17 @@ def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
     source = batchify(trained.corpus.test, 1)
     assert torch.equal(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5))
     assert evaluator.nll(source) == evaluate_nll(trained.model, source, 5)
+
+
+def test_cache_and_dynamic_evaluation_read_the_device_once_per_split(trained, monkeypatch):
+    source = batchify(trained.corpus.test[:300], 1)
+    settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=5, ms_batches=3)
+    evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
+    reads = HostReads(monkeypatch)
+    cache.cache_nll(trained.model, source, cache.CacheSettings(window=50, theta=1.0, lam=0.1, bptt=40))
+    assert len(reads.calls) == 1, reads.calls
+    evaluator.nll(source)                                  # 60 segments of 5
+    assert len(reads.calls) == 2, reads.calls
 
 
 def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(trained):

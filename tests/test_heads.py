@@ -534,3 +534,26 @@ def test_moc_has_the_same_parameters_as_mos():
     assert [(n, p.shape) for n, p in mos.named_parameters()] == \
            [(n, p.shape) for n, p in moc.named_parameters()]
 
+
+
+def test_compiled_kernels_make_only_the_row_dimension_symbolic(monkeypatch):
+    """The vocabulary and K stay constants of the compiled kernels; the rows (positions x batch,
+    which the variable BPTT length changes) are marked, not everything (dynamic=True)."""
+    compiles, marked = [], []
+
+    def recording_compile(fn, **options):
+        compiles.append(options)
+        return fn
+
+    monkeypatch.setattr(FusedKernel, "_compile_failed", False)
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    monkeypatch.setattr(torch._dynamo, "maybe_mark_dynamic", lambda t, dim: marked.append((tuple(t.shape), dim)))
+    from model.kernels.mixture import _MIXTURE_FORWARD
+    logits, log_prior = torch.randn(6, 3, 11), torch.randn(6, 3)             # (N, K, V), (N, K)
+    _MIXTURE_FORWARD(logits, log_prior, compiled=True)
+    assert compiles == [{"dynamic": False}]
+    assert marked == [((6, 3, 11), 0), ((6, 3), 0)]
+    marked.clear()
+    x = torch.randn(7, 11)
+    gss_transform(x, -1.5, 2.5, compiled=True)
+    assert marked == [((7, 11), 0)]

@@ -34,8 +34,8 @@ def _mixture_backward(logits, shift, log_p, log_prior, grad):
     return weighted - torch.exp(logits - lse.unsqueeze(-1)) * s.unsqueeze(-1), s
 
 
-_MIXTURE_FORWARD = FusedKernel(_mixture_forward)
-_MIXTURE_BACKWARD = FusedKernel(_mixture_backward)
+_MIXTURE_FORWARD = FusedKernel(_mixture_forward, varying={0: (0,), 1: (0,)})
+_MIXTURE_BACKWARD = FusedKernel(_mixture_backward, varying={i: (0,) for i in range(5)})
 
 
 class _MixtureLogSoftmax(torch.autograd.Function):
@@ -114,8 +114,8 @@ def _softmax_gradient_(logits: torch.Tensor, lse: torch.Tensor, weight: torch.Te
     logits.sub_(lse.unsqueeze(-1)).exp_().mul_(weight.neg().unsqueeze(-1))
 
 
-_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows)
-_SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_)
+_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows, varying={0: (0,)})
+_SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_, varying={0: (0,), 1: (0,), 2: (0,)})
 
 
 class _MixtureTargetLogProb(torch.autograd.Function):

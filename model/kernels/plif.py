@@ -46,9 +46,9 @@ def _bucket_pairs_kernel(x: torch.Tensor, grad: torch.Tensor, bound: float, knot
     return i, torch.stack([grad * _offset_in_bucket(x, i, bound, knots), grad], dim=-1)
 
 
-_FORWARD = FusedKernel(_forward_kernel)
-_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel)
-_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel)
+_FORWARD = FusedKernel(_forward_kernel, varying={0: (0,)})
+_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel, varying={0: (0,), 2: (0,)})
+_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel, varying={0: (0,), 1: (0,)})
 # Logits per scatter in backward: bounds the transient (bucket, pair) tensors to 48 MB, and
 # they stay in cache between the kernel that writes them and the scatter that reads them.
 _SCATTER_CHUNK = 1 << 22
