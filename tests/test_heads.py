@@ -241,6 +241,26 @@ def test_mos_evaluation_never_grows_the_training_workspace():
     assert head.workspace._free.numel() == 2 * kept.numel()         # training does grow it
 
 
+def test_mos_without_gradient_scores_row_blocks_within_the_memory_bound(monkeypatch):
+    from model.kernels import mixture
+    head = make_head("mos").eval()
+    hidden, targets = hidden_for("mos"), targets_for()
+    expected = gathered(head, hidden, targets)
+    budget = 2 * 3 * V * 4                               # two positions' K x V float32 logits
+    monkeypatch.setattr(mixture, "NO_GRAD_LOGITS_BYTES", budget)
+    taken, take = [], mixture.Workspace.take
+
+    def recording_take(workspace, rows, cols, like, grow=True):
+        taken.append(rows * cols * like.element_size())
+        return take(workspace, rows, cols, like, grow)
+
+    monkeypatch.setattr(mixture.Workspace, "take", recording_take)
+    with torch.no_grad():
+        values = head.target_log_probs(hidden, targets)
+    torch.testing.assert_close(values, expected)
+    assert len(taken) == math.ceil(T * B / 2) and max(taken) <= budget
+
+
 def test_mos_two_forwards_before_backward_get_their_own_buffers():
     head = make_head("mos", dtype=torch.float64).eval()
     first_targets, second_targets = targets_for(2), targets_for(3)
