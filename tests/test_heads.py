@@ -261,6 +261,33 @@ def test_mos_without_gradient_scores_row_blocks_within_the_memory_bound(monkeypa
     assert len(taken) == math.ceil(T * B / 2) and max(taken) <= budget
 
 
+MOS_CACHE_PEAK = """
+import sys
+import torch
+from benchmarks.gpu_check import FAST, mos_cache_peak
+from model.kernels import mixture
+mixture.NO_GRAD_LOGITS_BYTES = int(sys.argv[1])
+overrides = [*FAST, "head.components=10", "head.compile=false"]
+mos_cache_peak("configs/ptb/mos.yaml", 2000, torch.device("cpu"), positions=200, overrides=overrides)  # warm
+print(mos_cache_peak("configs/ptb/mos.yaml", 2000, torch.device("cpu"), overrides=overrides))
+"""
+
+
+def test_mos_on_a_neural_cache_chunk_stays_inside_an_explicit_budget_measured():
+    """A 5,000-position chunk at V = 2,000, K = 10 (400 MB of logits at once) in a fresh process:
+    the resident memory grows by the two bounded buffers of the eager path and little else."""
+    import os
+    import subprocess
+    import sys
+    budget = 8 << 20
+    proc = subprocess.run([sys.executable, "-c", MOS_CACHE_PEAK, str(budget)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert proc.returncode == 0, proc.stderr
+    peak = int(proc.stdout.split()[-1])
+    assert peak <= 2 * budget + (16 << 20), peak
+
+
 def test_mos_two_forwards_before_backward_get_their_own_buffers():
     head = make_head("mos", dtype=torch.float64).eval()
     first_targets, second_targets = targets_for(2), targets_for(3)
