@@ -120,6 +120,12 @@ def test_gradients_match_plain_autograd(dtype, scatter_chunk, monkeypatch):
     torch.testing.assert_close(gv, gv_ref)
 
 
+def test_without_deterministic_algorithms_a_gpu_keeps_index_add():
+    from model.kernels import plif as kernels
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not kernels._ordered_sums_needed(torch.device("cuda"))
+
+
 @pytest.fixture
 def deterministic_algorithms():
     before = torch.are_deterministic_algorithms_enabled()
@@ -132,7 +138,12 @@ def deterministic_algorithms():
 def test_deterministic_mode_sums_the_slope_gradient_without_index_add(scatter_chunk, monkeypatch,
                                                                       deterministic_algorithms):
     """A GPU's index_add_ adds in the order its atomics arrive: with deterministic algorithms
-    the buckets are summed in a fixed order instead, to the same values."""
+    the buckets are summed in a fixed order instead, to the same values (the CPU's index_add_
+    is a loop in a fixed order already: the ordered sums are forced here)."""
+    from model.kernels import plif as kernels
+    assert kernels._ordered_sums_needed(torch.device("cuda"))
+    assert not kernels._ordered_sums_needed(torch.device("cpu"))
+    monkeypatch.setattr(kernels, "_ordered_sums_needed", lambda device: True)
     monkeypatch.setattr("model.kernels.plif._SCATTER_CHUNK", scatter_chunk)
 
     def no_index_add(*args, **kwargs):
