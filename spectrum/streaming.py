@@ -48,9 +48,9 @@ _TORCH_MIN_BLOCK_ROWS = 2048
 # re-factorisation of R per block costs over 20 times the useful work at n = 10,000, and the
 # LAPACK backend on the CPU is the better choice.
 _TORCH_MIN_BUDGET_ROWS = 256
-# Values of n x n the final SVD holds on the GPU: R, the copy gesvd overwrites, and a workspace
-# allowance of one more.
-_SVD_SQUARES = 3
+# Multiples of n x n values the final SVD holds on the GPU: R, the copy gesvd overwrites, and an
+# allowance of a quarter for its workspace (without singular vectors it needs O(n) per panel).
+_SVD_SQUARES = 2.25
 # GPUs whose float64 runs at half the float32 rate (compute capability): the data-centre parts.
 # Elsewhere float64 runs at 1/32 or 1/64 of it, slower than a CPU's LAPACK.
 _FULL_RATE_FLOAT64 = {(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)}
