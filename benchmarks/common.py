@@ -54,6 +54,11 @@ def timed(fn, device: torch.device | None = None) -> float:
     return time.perf_counter() - start
 
 
+def median_step(step, steps: int, device: torch.device) -> float:
+    """The median seconds of `steps` calls of step() (each with the device's queued work finished)."""
+    return statistics.median(timed(step, device) for _ in range(steps))
+
+
 def interleaved_times(steps: dict, reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
     """Seconds of each step, run round-robin so drifts in machine speed hit all alike."""
     for step in steps.values():

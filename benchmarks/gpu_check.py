@@ -20,11 +20,9 @@ import dataclasses
 import math
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.published import TABLE2  # noqa: E402
-from benchmarks.common import TrainerStep, synchronize  # noqa: E402
+from benchmarks.common import TrainerStep, median_step, synchronize  # noqa: E402
 from data.corpus import Corpus  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.loading import select_device, set_float32_precision  # noqa: E402
@@ -186,14 +184,7 @@ def training_speed(report: Report, device: torch.device, steps: int, fast: bool)
         corpus = random_corpus(VOCABULARIES["PTB"] if not fast else 50, (steps + 4) * t.batch_size * t.bptt)
         step = TrainerStep(head_config(name), corpus, device, overrides)
         step()                                                   # compilation, allocation
-        times = []
-        for _ in range(steps):
-            synchronize(device)
-            start = time.perf_counter()
-            step()
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        per_step = statistics.median(times)
+        per_step = median_step(step, steps, device)
         per_epoch = per_step * PTB_TRAIN_TOKENS / (t.batch_size * t.bptt)
         published = reference.get(name)
         beside = f"[SB] V100 {published:.0f} s/epoch" if published else "[SB]: no figure"

@@ -45,15 +45,21 @@ class Sampler:
         assert state == {"position": 3}
 
 
+def resumed_with_one_gpu(saved: dict, monkeypatch) -> torch.Tensor:
+    """The CUDA state restored from `saved` on cuda:0 of a machine showing one GPU (the only one set)."""
+    one = FakeCuda(1)
+    one.install(monkeypatch)
+    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cuda", 0), "last.pt")
+    assert list(one.restored) == [0]
+    return one.restored[0]
+
+
 def test_a_checkpoint_of_8_visible_gpus_resumes_with_one(monkeypatch):
     eight = FakeCuda(8)
     eight.install(monkeypatch)
     old_format = {"torch": torch.get_rng_state(), "sampler": Sampler().state_dict(),
                   "cuda": torch.cuda.get_rng_state_all()}          # what older checkpoints hold
-    one = FakeCuda(1)
-    one.install(monkeypatch)
-    checkpoint.restore_rng_state(old_format, Sampler(), torch.device("cuda", 0), "last.pt")
-    assert list(one.restored) == [0] and torch.equal(one.restored[0], eight.states[0])
+    assert torch.equal(resumed_with_one_gpu(old_format, monkeypatch), eight.states[0])
 
 
 def test_only_the_training_devices_state_is_saved_and_restored(monkeypatch):
@@ -61,10 +67,7 @@ def test_only_the_training_devices_state_is_saved_and_restored(monkeypatch):
     gpus.install(monkeypatch)
     saved = checkpoint.rng_state(Sampler(), torch.device("cuda", 5))
     assert torch.equal(saved["cuda"], gpus.states[5])
-    one = FakeCuda(1)
-    one.install(monkeypatch)
-    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cuda", 0), "last.pt")
-    assert list(one.restored) == [0] and torch.equal(one.restored[0], gpus.states[5])
+    assert torch.equal(resumed_with_one_gpu(saved, monkeypatch), gpus.states[5])
 
 
 def test_an_old_checkpoint_without_the_devices_entry_is_one_line(monkeypatch):
