@@ -86,3 +86,24 @@ def test_cpu_runs_save_no_cuda_state_and_ignore_a_saved_one(monkeypatch):
     saved = {"torch": torch.get_rng_state(), "sampler": Sampler().state_dict(), "cuda": gpus.states[1]}
     checkpoint.restore_rng_state(saved, Sampler(), torch.device("cpu"), "last.pt")
     assert gpus.restored == {}
+
+
+def test_train_py_refuses_a_resume_on_a_gpu_the_checkpoint_has_no_state_for(tiny_run, tmp_path, monkeypatch,
+                                                                            capsys):
+    """An older last.pt with the CUDA states of 2 visible GPUs, resumed on cuda:3 of 4: one line,
+    exit 2, nothing written."""
+    import shutil
+
+    import train
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    last = torch.load(run_dir / "last.pt", weights_only=True)
+    last["rng"]["cuda"] = FakeCuda(2).states
+    checkpoint.save_atomic(last, run_dir / "last.pt")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    FakeCuda(4).install(monkeypatch)
+    assert train.main(["--resume", str(run_dir), "run.device=cuda:3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {run_dir / 'last.pt'}: holds the CUDA random states of 2 GPU(s)")
+    assert "\n" not in err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != ".lock"} == before
