@@ -595,7 +595,10 @@ def test_compiled_kernels_make_only_the_row_dimension_symbolic(monkeypatch):
     monkeypatch.setattr(FusedKernel, "_compile_failed", False)
     monkeypatch.setattr(torch, "compile", recording_compile)
     monkeypatch.setattr(torch._dynamo, "maybe_mark_dynamic", lambda t, dim: marked.append((tuple(t.shape), dim)))
+    from model.kernels.gss import _KERNEL
     from model.kernels.mixture import _MIXTURE_FORWARD
+    for kernel in (_KERNEL, _MIXTURE_FORWARD):
+        monkeypatch.setattr(kernel, "_compiled", None)            # compiled by an earlier test
     logits, log_prior = torch.randn(6, 3, 11), torch.randn(6, 3)             # (N, K, V), (N, K)
     _MIXTURE_FORWARD(logits, log_prior, compiled=True)
     assert compiles == [{"dynamic": False}]
