@@ -314,6 +314,7 @@ def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: 
 
 
 def process_claimed(run: PlannedRun, tag: str, env: dict | None, log_to_run_dir: bool) -> str:
+    """`process` once this sweep holds the run's claim."""
     try:
         commands = pending_commands(run)
         print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
