@@ -79,7 +79,9 @@ def sum_in_rank_order(group, bucket):  # no annotations: DDP checks them, and th
     buffer = bucket.buffer()
     size = dist.get_world_size(group)
     gathered = buffer.new_empty(size * buffer.numel())        # one flat buffer, rank by rank
-    work = dist.all_gather_single(gathered, buffer, group=group, async_op=True)
+    # all_gather_single is all_gather_into_tensor's newer name (the old one warns it is deprecated)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    work = gather(gathered, buffer, group=group, async_op=True)
     return finished(work, buffer, lambda: add_in_rank_order(gathered.view(size, -1), into=buffer))
 
 
