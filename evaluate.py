@@ -47,6 +47,10 @@ def parse_args(argv=None):
     method.add_argument("--cache-lambda", type=float, help="the cache's weight in [0, 1) (PTB 0.1, WT2 0.1279)")
     method.add_argument("--cache-bptt", type=int,
                         help="positions per forward pass (default 5000); memory and speed only")
+    method.add_argument("--cache-start", choices=cache.START_RULES,
+                        help="where the cache starts being used: reference (default: AWD-LSTM's "
+                             "pointer.py, once a whole window of history exists, not at the first "
+                             "position of a chunk) or available (from the second position on)")
     method.add_argument("--cache-search", action="store_true",
                         help="--cache with theta and lambda chosen on the validation split from a grid")
     method.add_argument("--dynamic", action="store_true",
@@ -75,7 +79,7 @@ def parse_args(argv=None):
 
 # Flag -> settings field of each method.
 METHOD_FLAGS = {"cache": {"cache_window": "window", "cache_theta": "theta", "cache_lambda": "lam",
-                          "cache_bptt": "bptt"},
+                          "cache_bptt": "bptt", "cache_start": "start"},
                 "dynamic": {"dynamic_lr": "lr", "dynamic_lambda": "lam", "dynamic_epsilon": "epsilon",
                             "dynamic_bptt": "bptt", "dynamic_ms_batch_size": "ms_batch_size",
                             "dynamic_ms_batches": "ms_batches"}}
@@ -162,7 +166,7 @@ def evaluate_with_method(run, args) -> int:
         if args.cache_search:
             with bar("search on valid", splits["val"].size(0) - 1) as progress:
                 settings, grid = cache.search(run.model, splits["val"], settings.window, settings.bptt,
-                                              progress=progress)
+                                              progress=progress, start=settings.start)
             print(describe_search(grid))
             print(f"best: theta {settings.theta:g}, lambda {settings.lam:g} "
                   f"(valid ppl {perplexity(grid.min().item()):.2f})")

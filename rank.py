@@ -42,13 +42,17 @@ from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, w
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
+from spectrum.streaming import torch_backend_bytes
 from spectrum.robustness import NOISE_SCALES, press_rank_robustness
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ROBUSTNESS_CONTEXTS = 10_000           # [SB] SM 5.1: "the top 10,000 contexts"
 
 
-COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir")
+COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir", "max_memory")
+# Share of a GPU's free memory (after the model is loaded) the decomposition may use by default:
+# the rest is for the model's forward passes and the allocator's fragmentation.
+FREE_MEMORY_SHARE = 0.8
 
 
 def parse_args(argv=None):
@@ -62,6 +66,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--device", help="auto (CUDA when present; the default), cpu, mps, cuda, cuda:N")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    parser.add_argument("--max-memory", type=float, metavar="GIB",
+                        help="GPU memory the decomposition may use, in GiB (default: 80%% of the "
+                             "free memory); what does not fit runs on the CPU")
     parser.add_argument("--plot", action="store_true",
                         help="draw the saved test spectra of the given runs in one figure (no computation)")
     parser.add_argument("--transformed", action="store_true", help="with --plot: add the f(l) spectra")
@@ -96,6 +103,8 @@ def parse_args(argv=None):
         args.split, args.device = args.split or "test", args.device or "auto"
     if args.contexts is not None and args.contexts < 1:
         parser.error(f"--contexts: expected an integer >= 1, got {args.contexts}")
+    if args.max_memory is not None and not (math.isfinite(args.max_memory) and args.max_memory > 0):
+        parser.error(f"--max-memory: expected a number of GiB > 0, got {args.max_memory}")
     if args.robustness and args.plot:
         parser.error("--robustness and --plot do different things: give one")
     if not args.robustness:
@@ -142,24 +151,48 @@ def describe_run(run, split: str, limit: int) -> dict:
             "dataset": run.config.data.dataset, "split": split, "contexts": limit, **run.weights()}
 
 
+def decomposition_budget(device: torch.device, max_memory_gib: float | None) -> int | None:
+    """Bytes of `device` memory the decompositions may use: --max-memory, or on a GPU a share of
+    its free memory; None (no bound) on the CPU."""
+    if max_memory_gib is not None:
+        return int(max_memory_gib * 2**30)
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(FREE_MEMORY_SHARE * free)
+
+
+def open_streams(names: list[str], vocab: int, dtype: str, device: torch.device,
+                 budget: int | None) -> dict[str, StreamingSingularValues]:
+    """A stream per name, sharing `budget`: each takes what its torch backend needs from what
+    the ones before left, and one that no longer fits runs the LAPACK backend on the CPU."""
+    streams = {}
+    for name in names:
+        stream = StreamingSingularValues(vocab, dtype=dtype, device=device, max_memory=budget)
+        if budget is not None and stream.backend == "torch":
+            budget -= torch_backend_bytes(vocab, stream.block_rows, np.dtype(stream.dtype).itemsize)
+        streams[name] = stream
+    return streams
+
+
 def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
-                  data_dir: str | None) -> dict:
+                  data_dir: str | None, max_memory_gib: float | None = None) -> dict:
     run, model, source, limit = open_split(path, split, contexts, dtype, device, data_dir)
     vocab = run.corpus.vocab_size
-    streams = {}
+    streams = None
     with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
         for log_probs, transformed in log_p_rows(model, source, run.config.train.bptt, limit):
-            for name, rows in (("logp", log_probs), ("transformed", transformed)):
-                if rows is None:
-                    continue
-                if name not in streams:
-                    streams[name] = StreamingSingularValues(vocab, dtype=dtype, device=device)
-                streams[name].update(rows if device.type != "cpu" else rows.numpy())
+            blocks = {"logp": log_probs, "transformed": transformed}
+            if streams is None:
+                names = [name for name, rows in blocks.items() if rows is not None]
+                streams = open_streams(names, vocab, dtype, device, decomposition_budget(device, max_memory_gib))
+            for name, stream in streams.items():
+                stream.update(blocks[name])
             bar.update(log_probs.size(0))
 
     result = describe_run(run, split, limit)
     for name, stream in streams.items():
-        values = stream.singular_values()
+        values = stream.singular_values()            # one at a time: each frees its R
         write_atomic(run.run_dir / f"singular_values_{split}_{name}.npy",
                      lambda f, values=values: np.save(f, values))
         summary = rank_summary(values, stream.shape, dtype)
@@ -245,7 +278,7 @@ def main(argv=None) -> int:
                                             args.noise_scales, args.seed)
             else:
                 result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype, device,
-                                       args.data_dir)
+                                       args.data_dir, args.max_memory)
     except (ConfigError, CheckpointError, DataError, AnalysisError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

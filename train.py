@@ -47,7 +47,7 @@ from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.distributed import DistributedError, World, exit_process
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import set_float32_precision
+from experiment.loading import set_deterministic, set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, finetune_overrides, write_text_atomic
 from launch.runs import run_name
@@ -126,7 +126,7 @@ class Trainer:
         self.chunks = column_chunks(self.train_data.size(1), config.small_batch_size)
         # The same sequence lengths on every rank: the sampler's stream derives from the seed only.
         self.sampler = SequenceLengthSampler(t.bptt, t.max_seq_len_delta, t.seed)
-        self.training_model = world.parallel(model, device)
+        self.training_model = world.parallel(model, device, config.run.ddp_reduce)
         averaging_from_start = t.asgd_trigger == "start"
         self.optimizer = self.make_optimizer(AveragedSGD if averaging_from_start else torch.optim.SGD)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -353,7 +353,7 @@ class Trainer:
         (the hidden states in rank order: those of the single-process run's chunks)."""
         p = self.progress
         hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
-        ranks = self.world.gather((checkpoint.rng_state(self.sampler), hidden))
+        ranks = self.world.gather((checkpoint.rng_state(self.sampler, self.device), hidden))
         if not self.world.is_main:
             return
         rngs, hiddens = zip(*ranks)
@@ -377,8 +377,7 @@ class Trainer:
         if self.progress.hidden is not None:
             first = self.world.rank * len(self.chunks)
             self.progress.hidden = self.progress.hidden[first: first + len(self.chunks)]
-        rngs = [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])]
-        checkpoint.restore_rng_state(rngs[self.world.rank], self.sampler)
+        checkpoint.restore_rng_state(rank_rng_state(ckpt, self.world.rank), self.sampler, self.device, path)
 
 
 class SilentProgress:
@@ -527,6 +526,11 @@ def check_world_size(ckpt: dict, world: World, path: Path) -> None:
                               f"states are in the checkpoint")
 
 
+def rank_rng_state(ckpt: dict, rank: int) -> dict:
+    """The random-number state last.pt holds for process `rank`."""
+    return [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])][rank]
+
+
 def load_initial_weights(model, path: str, corpus) -> None:
     try:
         init = checkpoint.load(path)
@@ -630,6 +634,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     check_splits(config, corpus)
     world.columns(config.train.batch_size)          # an equal share of the batch for each process
     set_float32_precision(config.run.tf32)
+    set_deterministic(config.run.deterministic)
     torch.manual_seed(config.train.seed)
     model = build_model(config, corpus.vocab_size)
     identity = run_identity(config, model, corpus)
@@ -645,6 +650,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
         check_same_run(run_dir, ckpt_path, identity)
         check_world_size(resume_ckpt, world, ckpt_path)
+        checkpoint.training_device_cuda_state(rank_rng_state(resume_ckpt, world.rank), device, ckpt_path)
         checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")
     elif world.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from data.batching import batchify  # noqa: E402
 from experiment import cache, dynamic_eval  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.evaluation import evaluate_nll  # noqa: E402
+from experiment.loading import set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 
 
@@ -43,6 +44,7 @@ def main() -> None:
     device = torch.device(args.device)
     config = load_config(args.config)
     corpus = load_corpus(config.data.dataset)
+    set_float32_precision(False)            # evaluate.py evaluates in IEEE float32
     torch.manual_seed(0)
     model = build_model(config, corpus.vocab_size).to(device).eval()
     source = batchify(corpus.test[:args.tokens + 1], 1, device)

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,23 +38,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import TrainerStep, synchronize  # noqa: E402
+from benchmarks.common import TrainerStep, median_step  # noqa: E402
 from data import load_corpus  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.distributed import World, exit_process  # noqa: E402
 
 TINY = ["model.emsize=64", "model.nhid=128", "model.nhidlast=64", "train.batch_size=8", "train.bptt=35"]
-
-
-def median_step(step: TrainerStep, steps: int, device: torch.device) -> float:
-    times = []
-    for _ in range(steps):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def built_step(args, device: torch.device, world: World | None = None) -> TrainerStep:

@@ -1,6 +1,6 @@
 """Training-step cost of the AWD-LSTM body against a plain LSTM stack, and eval throughput.
 
-    AWD_DATA_DIR=../shared/data python benchmarks/bench_step.py [--config configs/ptb/softmax.yaml]
+    AWD_DATA_DIR=../shared/data python benchmarks/bench_step.py [--config configs/ptb/softmax.yaml] [--device cuda]
 
 The AWD step is train.py's own Trainer.train_step (forward with every dropout, AR/TAR,
 backward, clipping, SGD) at bptt 70 with the config's batch size. The plain step is an
@@ -32,8 +32,9 @@ import train  # noqa: E402
 from benchmarks.common import TrainerStep, interleaved_times, medians, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
-from experiment.config import load_config  # noqa: E402
+from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.evaluation import evaluate_nll  # noqa: E402
+from experiment.loading import select_device  # noqa: E402
 
 
 class PlainLSTMModel(nn.Module):
@@ -50,18 +51,18 @@ class PlainLSTMModel(nn.Module):
         return F.log_softmax(F.linear(x, self.encoder.weight, self.bias), dim=-1)
 
 
-def guard_rail_times(awd_step: TrainerStep, reps: int) -> list[float]:
+def guard_rail_times(awd_step: TrainerStep, reps: int, device: torch.device) -> list[float]:
     """Seconds of train_step's finiteness checks alone, on the trained model's weights: what a
     step pays for never saving a non-finite model."""
     trainer = awd_step.trainer
-    totals = torch.zeros(2)
-    grad_norm = torch.tensor(0.25)
+    totals = torch.zeros(2, device=device)
+    grad_norm = torch.tensor(0.25, device=device)
 
     def checks():
         values = torch.cat([totals, grad_norm.reshape(1), train.extremes(trainer.params)])
         assert all(map(math.isfinite, values.tolist()))
 
-    return [timed(checks) for _ in range(reps)]
+    return [timed(checks, device) for _ in range(reps)]
 
 
 def main() -> None:
@@ -69,17 +70,22 @@ def main() -> None:
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
     parser.add_argument("--steps", type=int, default=15, help="timed steps of each model (median)")
     parser.add_argument("--eval-tokens", type=int, default=3500, help="test tokens for eval throughput")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
+    try:
+        device = select_device(args.device, "--device")
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}")
     corpus = load_corpus(load_config(args.config, args.overrides).data.dataset)
-    awd_step = TrainerStep(args.config, corpus, torch.device("cpu"), args.overrides)
+    awd_step = TrainerStep(args.config, corpus, device, args.overrides)
     config, model = awd_step.config, awd_step.model
 
     m, t = config.model, config.train
-    plain = PlainLSTMModel(corpus.vocab_size, m.emsize, m.nhid, m.nhidlast)
+    plain = PlainLSTMModel(corpus.vocab_size, m.emsize, m.nhid, m.nhidlast).to(device)
     plain_opt = torch.optim.SGD(plain.parameters(), lr=t.lr, weight_decay=t.wdecay)
-    plain_data = batchify(corpus.train, t.batch_size)
+    plain_data = batchify(corpus.train, t.batch_size, device)
     position = [0]
 
     def plain_step():
@@ -91,17 +97,16 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(plain.parameters(), t.clip)
         plain_opt.step()
 
-    times = interleaved_times({"awd": awd_step, "plain": plain_step}, args.steps, warmup=2,
-                              device=torch.device("cpu"))
+    times = interleaved_times({"awd": awd_step, "plain": plain_step}, args.steps, warmup=2, device=device)
     awd_times, plain_times = times["awd"], times["plain"]
     awd, base = medians(times).values()
 
-    checks_s = statistics.median(guard_rail_times(awd_step, args.steps))
+    checks_s = statistics.median(guard_rail_times(awd_step, args.steps, device))
 
-    test = batchify(corpus.test[: args.eval_tokens + 1], 1)
-    seconds = timed(lambda: evaluate_nll(model, test, t.bptt))
+    test = batchify(corpus.test[: args.eval_tokens + 1], 1, device)
+    seconds = timed(lambda: evaluate_nll(model, test, t.bptt), device)
     result = {
-        "config": args.config, "threads": torch.get_num_threads(),
+        "config": args.config, "device": str(device), "threads": torch.get_num_threads(),
         "batch_size": t.batch_size, "bptt": t.bptt,
         "awd_step_s": round(awd, 4), "plain_step_s": round(base, 4), "ratio": round(awd / base, 4),
         # each AWD step against the plain step run right after it: robust to slow drifts

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import train  # noqa: E402
 from experiment.config import load_config  # noqa: E402
+from experiment.loading import set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 
 
@@ -22,6 +23,7 @@ class TrainerStep:
 
     def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None):
         config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
+        set_float32_precision(config.run.tf32)       # what train.py sets: timed as trained
         torch.manual_seed(0)
         self.model = build_model(config, corpus.vocab_size).to(device)
         self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)
@@ -50,6 +52,11 @@ def timed(fn, device: torch.device | None = None) -> float:
     if device is not None:
         synchronize(device)
     return time.perf_counter() - start
+
+
+def median_step(step, steps: int, device: torch.device) -> float:
+    """The median seconds of `steps` calls of step() (each with the device's queued work finished)."""
+    return statistics.median(timed(step, device) for _ in range(steps))
 
 
 def interleaved_times(steps: dict, reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:

@@ -45,8 +45,8 @@ def _backward_kernel(x, grad, u, v, c):
     return (slope * u).sum(-1), (slope * x.unsqueeze(-1)).sum(0), (g * s).sum(0), slope.sum(0)
 
 
-_FORWARD = FusedKernel(_forward_kernel)
-_BACKWARD = FusedKernel(_backward_kernel)
+_FORWARD = FusedKernel(_forward_kernel, varying={0: (0,)})
+_BACKWARD = FusedKernel(_backward_kernel, varying={0: (0,), 1: (0,)})
 # Logits per chunk: the (chunk, K) hidden units stay a few tens of MB for K up to ~30.
 _CHUNK = 1 << 18
 

@@ -11,15 +11,23 @@ log-probabilities (no V-sized distribution is formed). Everything is in log spac
 log p = logsumexp(log(1 - lambda) + log p_model, log lambda + log p_cache), with log p_cache a
 difference of two logsumexps of theta <h_t, h_i>, so no probability underflows.
 
-The start of a text: W(t) holds the min(t, window) positions there are, and at the first
-position, where it is empty, p = p_model. This follows the definition above. AWD-LSTM's
-pointer.py differs: it mixes in the cache only once a whole window of history exists (before
-that, p = p_model). The two differ on the first `window` positions of a split only (500 of PTB's
-82,430 test tokens).
+Where the cache starts being used (`start`):
+- "reference" (the default), AWD-LSTM's pointer.py, with which the published numbers were
+  computed: position t mixes in the cache only once more than `window` positions of history
+  precede it in the pointer's memory (which holds the chunk's earlier positions and at most
+  `window` positions of earlier chunks). So the first `window` + 1 positions of a split use
+  p = p_model, and so does the first position of every later chunk (its memory holds exactly
+  `window` positions there). Wherever the cache is used, W(t) is the full window.
+- "available": the definition above taken literally: W(t) holds the min(t, window) positions
+  there are, from the second position on (at the first, where it is empty, p = p_model). It
+  differs from "reference" on the first `window` positions of a split and at the first
+  position of each later chunk only.
 
 The text is read at batch size 1 in chunks of `bptt` positions, the hidden state carried, and the
-(h_i, y_i) of the last `window` positions are carried from chunk to chunk: the chunk length
-changes memory and speed, not the result. No more than `window` past states are kept.
+(h_i, y_i) of the last `window` positions are carried from chunk to chunk. With "available" the
+chunk length changes memory and speed, not the result; with "reference" it also decides which
+positions start a chunk (the original's 5000 is the default). No more than `window` past states
+are kept.
 """
 from __future__ import annotations
 
@@ -33,6 +41,8 @@ from .evaluation import iterate_chunks, mean_nll
 
 # Rows of a chunk scored at once; each block looks at window + ROW_BLOCK keys at most.
 ROW_BLOCK = 512
+# Where the cache starts being used (see the module docstring).
+START_RULES = ("reference", "available")
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,11 @@ class CacheSettings:
     theta: float
     lam: float            # lambda, the cache's weight in the mixture
     bptt: int = 5000      # positions per forward pass (the original's chunk length)
+    start: str = "reference"   # where the cache starts being used: START_RULES
 
     def __post_init__(self):
+        if self.start not in START_RULES:
+            raise ValueError(f"--cache-start: expected one of {', '.join(START_RULES)}, got {self.start!r}")
         for name, value, ok, expected in (
                 ("window", self.window, self.window >= 1, "an integer >= 1"),
                 ("theta", self.theta, math.isfinite(self.theta) and self.theta >= 0, "a finite number >= 0"),
@@ -97,19 +110,19 @@ class _History:
 
 @torch.no_grad()
 def chunk_log_probs(model, source: torch.Tensor, window: int, thetas: Sequence[float],
-                    lambdas: Sequence[float], bptt: int) -> Iterator[torch.Tensor]:
+                    lambdas: Sequence[float], bptt: int, start: str = "reference") -> Iterator[torch.Tensor]:
     """log p(target) under the cache mixture for every (theta, lambda) pair, chunk by chunk of a
     batch-size-1 split: float64 tensors (len(thetas), len(lambdas), chunk length). One pass of
-    the model serves every pair (the history does not depend on them)."""
+    the model serves every pair (the history does not depend on them). `start`: START_RULES."""
     if source.size(1) != 1:
         raise ValueError("the cache reads the text at batch size 1")
     history = _History(window)
-    start = 0
+    offset = 0                                   # the split position of the chunk's first row
     for out, targets in iterate_chunks(model, source, bptt, targets_only=True):
         hidden = out.last_raw_output[:, 0]                 # the last LSTM layer, before any dropout
         targets, log_p_model = targets[:, 0], out.target_log_probs[:, 0]
         length = targets.numel()
-        positions = torch.arange(start, start + length, device=targets.device)
+        positions = torch.arange(offset, offset + length, device=targets.device)
         (keys, key_targets, key_positions), before = history.extend(hidden, targets, positions)
         chunk = torch.empty(len(thetas), len(lambdas), length, dtype=torch.float64, device=targets.device)
         for first in range(0, length, ROW_BLOCK):
@@ -121,20 +134,22 @@ def chunk_log_probs(model, source: torch.Tensor, window: int, thetas: Sequence[f
             allowed = (gaps >= 1) & (gaps <= window)
             matches = key_targets[None, near] == targets[rows, None]
             dots = hidden[rows] @ keys[near].t()
-            has_history = allowed.any(dim=1)
+            uses_cache = (allowed.any(dim=1) if start == "available"
+                          else before + torch.arange(rows.start, rows.stop, device=targets.device) > window)
             model_part = log_p_model[rows].double()
             for a, theta in enumerate(thetas):
                 log_p_cache = cache_log_probs(theta * dots, allowed, matches).double()
                 for b, lam in enumerate(lambdas):
                     mixed = mix(model_part, log_p_cache, lam)
-                    chunk[a, b, rows] = torch.where(has_history, mixed, model_part)
+                    chunk[a, b, rows] = torch.where(uses_cache, mixed, model_part)
         yield chunk
-        start += length
+        offset += length
 
 
 def cache_nll(model, source: torch.Tensor, settings: CacheSettings, progress=None) -> float:
     """Mean negative log-likelihood per token (nats) of a batch-size-1 split with the cache."""
-    chunks = chunk_log_probs(model, source, settings.window, [settings.theta], [settings.lam], settings.bptt)
+    chunks = chunk_log_probs(model, source, settings.window, [settings.theta], [settings.lam], settings.bptt,
+                             settings.start)
     return mean_nll((chunk[0, 0] for chunk in chunks), progress)
 
 
@@ -144,15 +159,16 @@ SEARCH_LAMBDAS = (0.05, 0.1, 0.1279, 0.15, 0.2, 0.25, 0.3)
 
 
 def search(model, source: torch.Tensor, window: int, bptt: int, thetas: Sequence[float] = SEARCH_THETAS,
-           lambdas: Sequence[float] = SEARCH_LAMBDAS, progress=None) -> tuple[CacheSettings, torch.Tensor]:
+           lambdas: Sequence[float] = SEARCH_LAMBDAS, progress=None,
+           start: str = "reference") -> tuple[CacheSettings, torch.Tensor]:
     """The (theta, lambda) of the grid with the lowest NLL on `source` (the validation split, as
     the papers tuned them), and the grid's mean NLLs (len(thetas), len(lambdas))."""
     total, count = 0.0, 0
-    for chunk in chunk_log_probs(model, source, window, thetas, lambdas, bptt):
+    for chunk in chunk_log_probs(model, source, window, thetas, lambdas, bptt, start):
         total = total - chunk.sum(dim=2)
         count += chunk.size(2)
         if progress is not None:
             progress.update(chunk.size(2))
     nll = total / count
     a, b = divmod(int(torch.argmin(nll)), len(lambdas))
-    return CacheSettings(window, thetas[a], lambdas[b], bptt), nll
+    return CacheSettings(window, thetas[a], lambdas[b], bptt, start), nll

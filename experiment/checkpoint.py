@@ -100,15 +100,40 @@ def load_model_state(model: torch.nn.Module, state: dict, path) -> None:
     model.load_state_dict(state)
 
 
-def rng_state(sampler) -> dict:
-    state = {"torch": torch.get_rng_state(), "sampler": sampler.state_dict(), "cuda": []}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+def rng_state(sampler, device: torch.device) -> dict:
+    """The random-number state a run continues from: the CPU's, the sampler's and, on a GPU, the
+    training device's CUDA state only (the other visible GPUs' streams are not the run's, and
+    they may not be visible when it resumes)."""
+    state = {"torch": torch.get_rng_state(), "sampler": sampler.state_dict(), "cuda": None}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng_state(state: dict, sampler) -> None:
+def training_device_cuda_state(state: dict, device: torch.device, path) -> torch.Tensor | None:
+    """The saved CUDA state to restore on `device`: the single state of the training device, or
+    from an older checkpoint's list of every visible GPU's states, the training device's entry;
+    None when there is nothing to restore (a CPU run, or a run moved between CPU and GPU).
+    CheckpointError when that entry does not exist."""
+    saved = state.get("cuda")
+    if device.type != "cuda":
+        return None
+    if saved is None or torch.is_tensor(saved):
+        return saved
+    if not saved:                      # an older checkpoint written without a GPU
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index >= len(saved):
+        raise CheckpointError(
+            f"{path}: holds the CUDA random states of {len(saved)} GPU(s) (cuda:0 ... "
+            f"cuda:{len(saved) - 1}), none for the training device cuda:{index}; resume on one "
+            f"of those devices (run.device=cuda:N)")
+    return saved[index]
+
+
+def restore_rng_state(state: dict, sampler, device: torch.device, path) -> None:
+    cuda_state = training_device_cuda_state(state, device, path)
     torch.set_rng_state(state["torch"])
     sampler.load_state_dict(state["sampler"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if cuda_state is not None:
+        torch.cuda.set_rng_state(cuda_state, device)

@@ -118,6 +118,11 @@ class RunConfig:
     log_interval: int = 200                     # steps between progress lines / loss updates
     tensorboard: bool = True
     tf32: bool = False                          # TensorFloat-32 in cuDNN LSTMs / matmuls (GPUs)
+    # deterministic algorithms everywhere (GPU runs repeat bit for bit, at some cost in speed)
+    deterministic: bool = False
+    # how DDP sums the ranks' gradients: "ordered" (rank order: resumes are exact) or
+    # "allreduce" (NCCL's ring all-reduce: less traffic, the sum's order depends on the buckets)
+    ddp_reduce: Literal["ordered", "allreduce"] = "ordered"
 
     def __post_init__(self):
         for name in ("max_steps", "checkpoint_every_steps", "log_interval"):

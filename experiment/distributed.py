@@ -72,27 +72,48 @@ def sum_in_rank_order(group, bucket):  # no annotations: DDP checks them, and th
     DDP's own hook averages with an all-reduce whose order of additions depends on where a
     gradient sits in its bucket, and DDP re-buckets after its first step; a resumed run (whose
     first step uses the first bucketing again) would then add in another order, and differ in the
-    last bits from the run it continues. Gathering the buckets and adding them in rank order does
-    not depend on the bucketing. It moves size / 2 times the data of a ring all-reduce: the same
-    with 2 processes, 4 times as much with 8."""
+    last bits from the run it continues. Gathering the buckets into one flat buffer and adding
+    them into the bucket in rank order does not depend on the bucketing. It moves size / 2 times
+    the data of a ring all-reduce: the same with 2 processes, 4 times as much with 8
+    (`run.ddp_reduce: allreduce`, `plain_all_reduce`, is the fast choice)."""
     buffer = bucket.buffer()
-    parts = [torch.empty_like(buffer) for _ in range(dist.get_world_size(group))]
-    work = dist.all_gather(parts, buffer, group=group, async_op=True)
+    size = dist.get_world_size(group)
+    gathered = buffer.new_empty(size * buffer.numel())        # one flat buffer, rank by rank
+    # all_gather_single is all_gather_into_tensor's newer name (the old one warns it is deprecated)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    work = gather(gathered, buffer, group=group, async_op=True)
+    return finished(work, buffer, lambda: add_in_rank_order(gathered.view(size, -1), into=buffer))
+
+
+def plain_all_reduce(group, bucket):
+    """DDP communication hook: the sum (not DDP's average) of the ranks' gradients by one
+    all-reduce; its order of additions depends on the bucketing, so resumes differ in the last bits."""
+    buffer = bucket.buffer()
+    work = dist.all_reduce(buffer, group=group, async_op=True)
+    return finished(work, buffer, lambda: buffer)
+
+
+def finished(work, buffer: torch.Tensor, result) -> torch.futures.Future:
+    """The future a communication hook returns: `result()` once `work` is done."""
     if buffer.device.type == "cpu":
         # gloo runs a Python callback on its future ~0.2 s late, and on a CPU there is no
         # computation to overlap with the communication anyway: wait here.
         work.wait()
         done = torch.futures.Future()
-        done.set_result(add_in_order(parts))
+        done.set_result(result())
         return done
-    return work.get_future().then(lambda future: add_in_order(future.value()[0]))
+    return work.get_future().then(lambda future: result())
 
 
-def add_in_order(tensors: list[torch.Tensor]) -> torch.Tensor:
-    total = tensors[0]
-    for tensor in tensors[1:]:
-        total += tensor
-    return total
+def add_in_rank_order(gathered: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
+    """into = gathered[0] + gathered[1] + ..., added in that order."""
+    into.copy_(gathered[0])
+    for part in gathered[1:]:
+        into += part
+    return into
+
+
+COMM_HOOKS = {"ordered": sum_in_rank_order, "allreduce": plain_all_reduce}
 
 
 @dataclass
@@ -191,15 +212,16 @@ class World:
             torch.manual_seed(rank_seed(seed, self.rank))
 
     # ------------------------------------------------------------------ training
-    def parallel(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    def parallel(self, model: torch.nn.Module, device: torch.device,
+                 reduce: str = "ordered") -> torch.nn.Module:
         """The model as training calls it: itself, or its DDP wrapper, which sums the gradients
-        of the ranks during the backward of the step's last chunk."""
+        of the ranks during the backward of the step's last chunk (`reduce`: a COMM_HOOKS key)."""
         if not self.distributed:
             return model
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
             process_group=self.data_group)
-        ddp.register_comm_hook(self.data_group, sum_in_rank_order)
+        ddp.register_comm_hook(self.data_group, COMM_HOOKS[reduce])
         return ddp
 
     def accumulating(self, model: torch.nn.Module, last_chunk: bool):

@@ -39,14 +39,17 @@ def mean_nll(chunks: Iterable[torch.Tensor], progress=None) -> float:
     """Mean negative log-likelihood per token (nats) from the targets' log-probabilities, chunk
     by chunk ((T, B) or (T,)), summed in float64. The evaluation methods (experiment/cache.py,
     experiment/dynamic_eval.py) reduce their chunks here too, so in their limits (lambda = 0,
-    lr = 0) they give plain evaluation's number bit for bit."""
-    total, count = 0.0, 0
+    lr = 0) they give plain evaluation's number bit for bit. The sum stays on the model's device
+    and is read once at the end: a read per chunk would make the host wait for the device at
+    every chunk (at every 5-token segment of dynamic evaluation)."""
+    total, count = None, 0
     for log_p in chunks:
-        total -= log_p.double().sum().item()
+        chunk_sum = log_p.double().sum()
+        total = -chunk_sum if total is None else total - chunk_sum
         count += log_p.numel()
         if progress is not None:
             progress.update(log_p.size(0))
-    return total / count
+    return float(total) / count
 
 
 def perplexity(nll: float) -> float:

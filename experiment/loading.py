@@ -1,6 +1,7 @@
 """Device choice and loading a trained model from a run directory or checkpoint file."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,19 @@ def set_float32_precision(tf32: bool) -> None:
     per-operator precision API makes reading these flags an error for other code.)"""
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def set_deterministic(enabled: bool) -> None:
+    """run.deterministic: deterministic algorithms everywhere, so that a GPU run repeats bit for
+    bit on the same GPU model and software (PyTorch raises where an operation has none). cuBLAS
+    needs its workspace setting before its first call, cuDNN picks no algorithm by timing, and
+    the PLIF's slope gradient sums its buckets in a fixed order (model/kernels/plif.py). No
+    effect on CPU results, which are deterministic anyway."""
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(enabled)
+    torch.backends.cudnn.deterministic = enabled
+    torch.backends.cudnn.benchmark = False
 
 
 @dataclass

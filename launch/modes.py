@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import PlannedRun, process
+from .runs import ELSEWHERE, PlannedRun, process
 
 
 def sweep_local(runs: Sequence[PlannedRun]) -> dict[str, str]:
@@ -95,9 +95,11 @@ def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dic
 def summary(outcomes: dict[str, str]) -> tuple[str, bool]:
     """A few lines for the end of the sweep, and whether every run succeeded."""
     counts = {kind: sum(o.split(":")[0] == kind for o in outcomes.values())
-              for kind in ("done", "skipped", "incomplete", "failed")}
+              for kind in ("done", "skipped", ELSEWHERE, "incomplete", "failed")}
     lines = [", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "no runs"]
     lines += [f"  {run_dir}: {o}" for run_dir, o in outcomes.items() if o.startswith("failed")]
+    lines += [f"  {run_dir}: {ELSEWHERE} (another process holds it)"
+              for run_dir, o in outcomes.items() if o == ELSEWHERE]
     lines += [f"  {run_dir}: stopped before train.epochs (run.max_steps?); not evaluated"
               for run_dir, o in outcomes.items() if o == "incomplete"]
     return "\n".join(lines), counts["failed"] == 0

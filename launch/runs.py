@@ -16,9 +16,12 @@ A run is finished when last.pt's progress says so, or when it has completed trai
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,13 +33,18 @@ import yaml
 
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.progress import TrainingProgress
-from experiment.run_directory import FINETUNE_DIR, finetune_overrides
+from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides
 from . import LaunchError
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = {name: REPO / f"{name}.py" for name in ("train", "evaluate", "rank")}
 # The keys the sweep sets itself for every run.
 SWEEP_KEYS = ("train.seed", "run.dir")
+# Sweeps sharing a run folder claim a run for the time they work on it with a flock on this file
+# (released by the operating system however the sweep ends); a run another live process holds is
+# left to it.
+CLAIM_NAME = ".sweep.lock"
+ELSEWHERE = "in progress elsewhere"
 
 
 @dataclass(frozen=True)
@@ -324,8 +332,50 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     return "resume" if "--resume" in first else "new"
 
 
+@contextlib.contextmanager
+def claimed(run_dir: Path):
+    """Yields whether this process holds `run_dir`'s sweep claim (False: another process does)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / CLAIM_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def locked_by_another_process(run_dir: Path) -> bool:
+    """Whether a live process (a train.py started by hand) holds the run directory's lock."""
+    try:
+        with RunLock(run_dir):
+            return False
+    except RunDirectoryError:
+        return True
+
+
 def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: bool = False) -> str:
-    """Work out and run what is left of one run; its outcome (see `execute`, or "skipped")."""
+    """Work out and run what is left of one run; its outcome (see `execute`, "skipped", or
+    ELSEWHERE when another process works on it)."""
+    try:
+        with claimed(run.dir) as ours:
+            if not ours:
+                print(f"{tag} {run.dir}: {ELSEWHERE}: skip", flush=True)
+                return ELSEWHERE
+            outcome = process_claimed(run, tag, env, log_to_run_dir)
+            if outcome.startswith("failed") and locked_by_another_process(run.dir):
+                return ELSEWHERE
+            return outcome
+    except OSError as e:
+        print(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})", flush=True)
+        return f"failed: cannot claim {run.dir} ({e.strerror or e})"
+
+
+def process_claimed(run: PlannedRun, tag: str, env: dict | None, log_to_run_dir: bool) -> str:
+    """`process` once this sweep holds the run's claim."""
     try:
         commands = pending_commands(run)
         print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)

@@ -12,10 +12,19 @@ Two backends do the update:
   the block alone (2 k n^2 flops for k rows), without re-factorising R.
 - "torch" (any torch device, meant for CUDA): QR of the stacked [R; B] per block. It re-factorises
   R each time, so it wants blocks of about n rows or more.
+
+GPU memory is bounded by `max_memory` (bytes; rank.py gives it from the free memory or
+--max-memory): the torch backend's blocks shrink to fit it, and where even a small block does not
+fit, or the GPU has no full-rate float64 for a float64 decomposition, "auto" runs the LAPACK
+backend on the CPU instead (the rows are copied there). The final SVD of R runs on the GPU with
+cuSOLVER's gesvd (QR iteration, whose small singular values are accurate to rounding of the
+largest; the default gesvdj is an iterative Jacobi method documented to be unreliable for large
+matrices) when R, its copy and the SVD's workspace fit the budget, else on the CPU.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import numpy as np
@@ -35,7 +44,51 @@ _LAPACK_BLOCK_ROWS = 4096
 # within 2/3 of the useful 2 k n^2.
 _TORCH_MIN_BLOCK_ROWS = 2048
 
+# Fewest rows per block of the torch backend under a memory budget: below this the
+# re-factorisation of R per block costs over 20 times the useful work at n = 10,000, and the
+# LAPACK backend on the CPU is the better choice.
+_TORCH_MIN_BUDGET_ROWS = 256
+# Multiples of n x n values the final SVD holds on the GPU: R, the copy gesvd overwrites, and an
+# allowance of a quarter for its workspace (without singular vectors it needs O(n) per panel).
+_SVD_SQUARES = 2.25
+# GPUs whose float64 runs at half the float32 rate (compute capability): the data-centre parts.
+# Elsewhere float64 runs at 1/32 or 1/64 of it, slower than a CPU's LAPACK.
+_FULL_RATE_FLOAT64 = {(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)}
+
 _NUMPY_TO_TORCH = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
+
+def torch_backend_bytes(n_cols: int, block_rows: int, element_size: int) -> int:
+    """Peak memory of the torch backend: its (n + k) x n work tensor, and geqrf's factor of it
+    at a flush."""
+    return 2 * (n_cols + block_rows) * n_cols * element_size
+
+
+def torch_block_rows_within(max_memory: int, n_cols: int, element_size: int) -> int | None:
+    """The most rows per block whose torch-backend peak fits `max_memory` bytes; None when fewer
+    than _TORCH_MIN_BUDGET_ROWS do."""
+    rows = max_memory // (2 * n_cols * element_size) - n_cols
+    return rows if rows >= _TORCH_MIN_BUDGET_ROWS else None
+
+
+def svd_fits(n_cols: int, element_size: int, max_memory: int | None) -> bool:
+    """Whether the final SVD of an n x n R fits `max_memory` bytes (None: no bound)."""
+    return max_memory is None or _SVD_SQUARES * n_cols * n_cols * element_size <= max_memory
+
+
+def full_rate_float64(device: torch.device) -> bool:
+    """Whether `device` runs float64 at about half its float32 rate (CPUs do)."""
+    if device.type != "cuda":
+        return device.type == "cpu"
+    properties = torch.cuda.get_device_properties(device)
+    return (properties.major, properties.minor) in _FULL_RATE_FLOAT64
+
+
+def singular_values_of(matrix: torch.Tensor) -> torch.Tensor:
+    """All singular values of `matrix`; on CUDA with the gesvd driver (see the module docstring)."""
+    if matrix.device.type == "cuda":
+        return torch.linalg.svdvals(matrix, driver="gesvd")
+    return torch.linalg.svdvals(matrix)
 
 
 def _as_numpy_rows(rows: Any) -> np.ndarray:
@@ -151,7 +204,9 @@ class _TorchBackend:
         else:
             if count:
                 self.flush(count)
-            matrix = self._work[: self._r_rows]
+            # A copy of R alone, so that the work tensor's block rows are freed before the SVD
+            # (the copy and the work tensor together stay within a flush's peak).
+            matrix = self._work[: self._r_rows].clone()
         self._work = None
         return matrix
 
@@ -178,12 +233,17 @@ class StreamingSingularValues:
             request); incoming rows are cast to it. Numpy dtype, string or torch dtype.
         device: where the torch backend works (e.g. "cuda"); the LAPACK backend needs "cpu".
         block_rows: rows buffered per update of R (any update size is accepted). Default 4,096 for
-            LAPACK and max(n, 2,048) for torch, which re-factorises R at every block.
+            LAPACK and max(n, 2,048) for torch, which re-factorises R at every block, or fewer
+            to fit `max_memory`.
         backend: "lapack" (?tpqrt via scipy, CPU), "torch" (torch.geqrf, any device) or "auto"
-            ("lapack" on CPU, "torch" elsewhere).
+            ("lapack" on CPU, "torch" elsewhere, "lapack" on the CPU when the torch backend
+            does not fit `max_memory` or the device has no full-rate float64 for float64).
+        max_memory: bytes the torch backend may use on its device (None: no bound); the final
+            SVD runs on the CPU when it does not fit them.
 
     Memory: R (n^2 values) plus the buffer (block_rows x n); the final SVD takes one more copy of R
-    (torch.linalg.svdvals works on a copy). With the torch backend, about 2 (n + block_rows) n.
+    (torch.linalg.svdvals works on a copy). With the torch backend, about 2 (n + block_rows) n
+    (`torch_backend_bytes`), R copied out of the work tensor before the SVD.
     """
 
     def __init__(
@@ -193,23 +253,33 @@ class StreamingSingularValues:
         device: str | torch.device = "cpu",
         block_rows: int | None = None,
         backend: str = "auto",
+        max_memory: int | None = None,
     ) -> None:
         if n_cols < 1:
             raise ValueError(f"n_cols must be positive, got {n_cols}")
         device = torch.device(device)
-        if backend == "auto":
-            backend = "lapack" if device.type == "cpu" else "torch"
         self.n_cols = n_cols
         self.dtype = float_dtype(dtype)
-        if backend not in ("lapack", "torch"):
+        if backend not in ("auto", "lapack", "torch"):
             raise ValueError(f"backend must be 'auto', 'lapack' or 'torch', got {backend!r}")
+        element_size = np.dtype(self.dtype).itemsize
+        budget_rows = None if max_memory is None else torch_block_rows_within(max_memory, n_cols, element_size)
+        if backend == "auto":
+            on_device = (device.type != "cpu" and (max_memory is None or budget_rows is not None)
+                         and (self.dtype == np.float32 or full_rate_float64(device)))
+            backend, device = ("torch", device) if on_device else ("lapack", torch.device("cpu"))
         if backend == "lapack" and device.type != "cpu":
             raise ValueError(f"the lapack backend runs on the CPU, not {device}")
+        if backend == "torch" and max_memory is not None and budget_rows is None:
+            raise ValueError(f"the torch backend needs {torch_backend_bytes(n_cols, _TORCH_MIN_BUDGET_ROWS, element_size):,} "
+                             f"bytes for n = {n_cols:,}, more than max_memory = {max_memory:,}")
         if block_rows is None:
             block_rows = (_LAPACK_BLOCK_ROWS if backend == "lapack"
-                          else max(n_cols, _TORCH_MIN_BLOCK_ROWS))
+                          else min(max(n_cols, _TORCH_MIN_BLOCK_ROWS), budget_rows or math.inf))
         if block_rows < 1:
             raise ValueError(f"block_rows must be positive, got {block_rows}")
+        self.device = device
+        self.max_memory = max_memory if backend == "torch" else None
         self.block_rows = block_rows
         if backend == "lapack":
             self._backend = _LapackBackend(n_cols, self.dtype, block_rows)
@@ -254,7 +324,8 @@ class StreamingSingularValues:
         """All min(m, n) singular values of the rows seen, descending, as float64.
 
         The first call folds in the pending rows, runs a full SVD of R in the working dtype
-        (torch.linalg.svdvals: LAPACK gesdd on CPU, cuSOLVER on CUDA) and releases R; later calls
+        (torch.linalg.svdvals: LAPACK gesdd on CPU, cuSOLVER gesvd on CUDA, or on the CPU when
+        it does not fit `max_memory`) and releases R; later calls
         return the same array, and `update` is no longer allowed.
         """
         if self._result is None:
@@ -262,11 +333,13 @@ class StreamingSingularValues:
                 raise RuntimeError("no rows have been added")
             matrix = self._backend.finish(self._pending)
             self._backend = None
+            if not svd_fits(self.n_cols, matrix.element_size(), self.max_memory):
+                matrix = matrix.cpu()                    # frees the device copy
             # torch's SVD even for the lapack backend: x86 torch wheels bring MKL, whose gesdd
             # (the same LAPACK routine as numpy's/scipy's OpenBLAS one) ran 3.6x faster at
             # n = 4,000 (on par at 2,000; the gap opens once R outgrows the cache); n = 8,000
             # took 20 s on 2 cores.
-            values = torch.linalg.svdvals(matrix).cpu().numpy().astype(np.float64)
+            values = singular_values_of(matrix).cpu().numpy().astype(np.float64)
             del matrix  # frees R
             # When m < n, R carries n - m extra rows of rounding noise (lapack backend); A itself
             # has only m singular values.

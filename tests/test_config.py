@@ -37,6 +37,13 @@ def test_overrides_are_typed():
     assert load_config(PTB).small_batch_size == 20      # null means the whole batch
 
 
+def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels():
+    default = load_config(PTB).run
+    assert default.ddp_reduce == "ordered" and default.deterministic is False
+    chosen = load_config(PTB, ["run.ddp_reduce=allreduce", "run.deterministic=true"]).run
+    assert chosen.ddp_reduce == "allreduce" and chosen.deterministic is True
+
+
 @pytest.mark.parametrize("override, expected", [
     ("train.lr=abc", "train.lr: expected a finite float32 number, got 'abc'"),
     ("train.batch_size=2.5", "train.batch_size: expected an integer"),
@@ -51,6 +58,8 @@ def test_overrides_are_typed():
     ("model.nhidlast=300", "nhidlast must equal emsize"),
     ("train.small_batch_size=21", "small_batch_size: expected at most batch_size"),
     ("run.device=gpu", "run.device: expected auto"),
+    ("run.ddp_reduce=ring", "run.ddp_reduce: expected one of 'ordered', 'allreduce', got 'ring'"),
+    ("run.deterministic=sometimes", "run.deterministic: expected true or false"),
     ("lr=3", "unknown section 'lr'"),
     ("train.lr", "expected key=value"),
 ])

@@ -88,6 +88,7 @@ def uninterrupted(small_data, tmp_path_factory) -> Path:
 @pytest.mark.parametrize("ddp_chunks, single_chunks", [
     ([], ["train.small_batch_size=2"]),                                  # a forward per rank
     (["train.small_batch_size=1"], ["train.small_batch_size=1"]),        # two per rank (no_sync)
+    (["run.ddp_reduce=allreduce"], ["train.small_batch_size=2"]),        # the plain all-reduce
 ])
 def test_two_processes_without_dropout_train_as_one_with_half_batches(
         ddp_chunks, single_chunks, small_data, tmp_path, capsys):
@@ -226,3 +227,68 @@ def test_the_launch_environment_is_checked():
                                ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "do not fit")]:
         with pytest.raises(DistributedError, match=complaint):
             World.from_environment(environ)
+
+
+# ---------------------------------------------------------------------- the gradient sum
+
+class FakeCollectives:
+    """torch.distributed's collectives for a hook run in one process as rank 0 of `rows`
+    ranks, recording every output tensor they are given."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows, self.outputs = rows, []
+
+    def all_gather_single(self, output, tensor, group=None, async_op=False):
+        assert torch.equal(tensor, self.rows[0])
+        self.outputs.append(output)
+        output.view(self.rows.shape).copy_(self.rows)
+        return self
+
+    def all_reduce(self, tensor, op=None, group=None, async_op=False):
+        self.outputs.append(tensor)
+        tensor.copy_(self.rows.sum(0))
+        return self
+
+    def wait(self):
+        return True
+
+    def install(self, monkeypatch) -> None:
+        from experiment import distributed
+        monkeypatch.setattr(distributed.dist, "get_world_size", lambda group=None: len(self.rows))
+        monkeypatch.setattr(distributed.dist, "all_gather_single", self.all_gather_single)
+        monkeypatch.setattr(distributed.dist, "all_reduce", self.all_reduce)
+        monkeypatch.setattr(distributed.dist, "all_gather", None)     # the list form is not used
+
+
+class Bucket:
+    def __init__(self, buffer):
+        self._buffer = buffer
+
+    def buffer(self):
+        return self._buffer
+
+
+def test_the_ordered_hook_sums_in_rank_order_into_the_bucket_through_one_gather_buffer(monkeypatch):
+    from experiment.distributed import sum_in_rank_order
+    # Values whose float32 sum depends on the order of the additions.
+    rows = torch.tensor([[1e8, 1.0, 3.0], [1.0, 1e8, -3.0], [-1e8, -1e8, 1e-7], [0.5, 0.5, 7.0]])
+    fake = FakeCollectives(rows)
+    fake.install(monkeypatch)
+    buffer = rows[0].clone()
+    result = sum_in_rank_order(None, Bucket(buffer)).wait()
+    expected = rows[0].clone()
+    for row in rows[1:]:
+        expected += row
+    assert torch.equal(result, expected) and not torch.equal(expected, rows.flip(0).sum(0))
+    assert result.data_ptr() == buffer.data_ptr()                 # summed into the bucket itself
+    assert len(fake.outputs) == 1 and fake.outputs[0].numel() == rows.numel()   # one gather buffer
+
+
+def test_ddp_reduce_allreduce_sums_by_one_all_reduce(monkeypatch):
+    from experiment.distributed import COMM_HOOKS
+    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    fake = FakeCollectives(rows)
+    fake.install(monkeypatch)
+    buffer = rows[0].clone()
+    result = COMM_HOOKS["allreduce"](None, Bucket(buffer)).wait()
+    assert torch.equal(result, torch.tensor([4.0, 6.0])) and fake.outputs == [buffer]

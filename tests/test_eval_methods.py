@@ -21,6 +21,7 @@ from experiment.loading import load_trained
 from model import build_model
 from model.heads import HEADS
 from tests.conftest import TINY, head_overrides
+from tests.test_evaluation import HostReads
 
 CPU = torch.device("cpu")
 
@@ -31,9 +32,9 @@ def plain_log_probs(model, source, bptt: int) -> torch.Tensor:
                       for out, _ in iterate_chunks(model, source, bptt, targets_only=True)])
 
 
-def with_cache(model, source, window: int, thetas, lambdas, bptt: int) -> torch.Tensor:
+def with_cache(model, source, window: int, thetas, lambdas, bptt: int, start: str = "reference") -> torch.Tensor:
     """log p(target) of every position with the cache, (len(thetas), len(lambdas), positions)."""
-    return torch.cat(list(cache.chunk_log_probs(model, source, window, thetas, lambdas, bptt)), dim=2)
+    return torch.cat(list(cache.chunk_log_probs(model, source, window, thetas, lambdas, bptt, start)), dim=2)
 
 
 def dynamic_log_probs(evaluator, source) -> torch.Tensor:
@@ -110,9 +111,9 @@ class FakeModel:
 
 @pytest.mark.parametrize("row_block", [cache.ROW_BLOCK, 2])
 def test_window_and_chunks_follow_the_definition_position_by_position(row_block, monkeypatch):
-    """Across chunk boundaries (bptt 3) and row blocks with a window of 4: the previous `window`
-    positions only, fewer at the start, none at the first position, computed directly in
-    float64; no more than `window` past states are kept between chunks."""
+    """start="available": across chunk boundaries (bptt 3) and row blocks with a window of 4:
+    the previous `window` positions only, fewer at the start, none at the first position,
+    computed directly in float64; no more than `window` past states are kept between chunks."""
     monkeypatch.setattr(cache, "ROW_BLOCK", row_block)
     kept, extend = [], cache._History.extend
 
@@ -125,7 +126,7 @@ def test_window_and_chunks_follow_the_definition_position_by_position(row_block,
     model = FakeModel()
     ids = torch.randint(model.vocab, (30,), generator=torch.Generator().manual_seed(1))
     theta, lam, window = 0.8, 0.3, 4
-    got = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=3)[0, 0]
+    got = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=3, start="available")[0, 0]
     assert max(kept) == window
     h = model.vectors[ids[:-1]].numpy()
     y = ids[1:].numpy()
@@ -140,9 +141,68 @@ def test_window_and_chunks_follow_the_definition_position_by_position(row_block,
         expected.append(math.log(p))
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
     # The chunk length changes nothing, and the grid evaluates every pair in one pass.
-    torch.testing.assert_close(with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=50)[0, 0], got)
-    grid = with_cache(model, batchify(ids, 1), window, [0.1, theta], [lam, 0.5], bptt=3)
+    torch.testing.assert_close(
+        with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=50, start="available")[0, 0], got)
+    grid = with_cache(model, batchify(ids, 1), window, [0.1, theta], [lam, 0.5], bptt=3, start="available")
     torch.testing.assert_close(grid[1, 0], got)
+
+
+def pointer_reference(hidden: np.ndarray, log_p_model: np.ndarray, targets: np.ndarray,
+                      window: int, theta: float, lam: float, bptt: int) -> np.ndarray:
+    """log p(target) per position by AWD-LSTM pointer.py's loop, written out again in float64:
+    per chunk, the memory is the kept history then the chunk; position idx of the chunk mixes in
+    the cache when start_idx + idx > window, start_idx being the memory's length before the
+    chunk, over the `window` entries before it; then the memory keeps its last `window`."""
+    memory_h, memory_y, out = np.zeros((0, hidden.shape[1])), np.zeros(0, dtype=int), []
+    for first in range(0, len(targets), bptt):
+        chunk = slice(first, first + bptt)
+        start_idx = len(memory_y)
+        memory_h = np.concatenate([memory_h, hidden[chunk]])
+        memory_y = np.concatenate([memory_y, targets[chunk]])
+        for idx, (h, y, log_p) in enumerate(zip(hidden[chunk], targets[chunk], log_p_model[chunk])):
+            p = math.exp(log_p)
+            if start_idx + idx > window:
+                keys = memory_h[start_idx + idx - window:start_idx + idx]
+                words = memory_y[start_idx + idx - window:start_idx + idx]
+                scores = theta * keys @ h
+                attention = np.exp(scores - scores.max())
+                attention /= attention.sum()
+                p = lam * attention[words == y].sum() + (1 - lam) * p
+            out.append(math.log(p))
+        memory_h, memory_y = memory_h[-window:], memory_y[-window:]
+    return np.array(out)
+
+
+@pytest.mark.parametrize("row_block", [cache.ROW_BLOCK, 2])
+def test_by_default_the_cache_starts_where_pointer_py_starts_it(row_block, monkeypatch):
+    """The reference rule: no cache on the first window + 1 positions nor at the first position
+    of a later chunk, a full window elsewhere (chunks of 7 with a window of 4)."""
+    monkeypatch.setattr(cache, "ROW_BLOCK", row_block)
+    model = FakeModel()
+    ids = torch.randint(model.vocab, (40,), generator=torch.Generator().manual_seed(2))
+    theta, lam, window, bptt = 0.8, 0.3, 4, 7
+    got = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=bptt)[0, 0]
+    log_p_model = np.full(len(ids) - 1, -math.log(model.vocab))
+    expected = pointer_reference(model.vectors[ids[:-1]].numpy(), log_p_model, ids[1:].numpy(),
+                                 window, theta, lam, bptt)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    available = with_cache(model, batchify(ids, 1), window, [theta], [lam], bptt=bptt, start="available")[0, 0]
+    differs = (got != available).nonzero().flatten().tolist()
+    assert differs == [1, 2, 3, 4, 7, 14, 21, 28, 35]      # 0 has no history under either rule
+
+
+def test_cache_with_the_published_settings_is_pointer_py_on_a_small_model(trained):
+    """PTB's published settings (window 500, chunks of 5000) on a text of two chunks: the
+    trained tiny model's states and probabilities through pointer.py's rule."""
+    settings = cache.PUBLISHED["ptb"]
+    ids = torch.randint(trained.corpus.vocab_size, (5601,), generator=torch.Generator().manual_seed(3))
+    source = batchify(ids, 1)
+    outputs = list(iterate_chunks(trained.model, source, settings.bptt, targets_only=True))
+    hidden = torch.cat([out.last_raw_output[:, 0] for out, _ in outputs]).double().numpy()
+    log_p_model = torch.cat([out.target_log_probs[:, 0] for out, _ in outputs]).double().numpy()
+    expected = pointer_reference(hidden, log_p_model, ids[1:].numpy(), settings.window, settings.theta,
+                                 settings.lam, settings.bptt)
+    assert cache.cache_nll(trained.model, source, settings) == pytest.approx(-expected.mean(), rel=1e-9)
 
 
 # ---------------------------------------------------------------------- limits and effects
@@ -159,7 +219,7 @@ def test_the_cache_lowers_the_perplexity_of_a_repeated_text(trained):
     source = repeated_text(trained.corpus)
     half = (source.size(0) - 1) // 2
     plain = plain_log_probs(trained.model, source, bptt=70)
-    cached = with_cache(trained.model, source, 500, [1.0], [0.1], bptt=70)[0, 0]
+    cached = with_cache(trained.model, source, half, [1.0], [0.1], bptt=70)[0, 0]   # from the repeat on
     repeat = slice(half + 1, None)
     assert -cached[repeat].mean() < -plain[repeat].mean() - 0.05
 
@@ -198,6 +258,17 @@ def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
     source = batchify(trained.corpus.test, 1)
     assert torch.equal(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5))
     assert evaluator.nll(source) == evaluate_nll(trained.model, source, 5)
+
+
+def test_cache_and_dynamic_evaluation_read_the_device_once_per_split(trained, monkeypatch):
+    source = batchify(trained.corpus.test[:300], 1)
+    settings = dynamic_eval.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001, bptt=5, ms_batches=3)
+    evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
+    reads = HostReads(monkeypatch)
+    cache.cache_nll(trained.model, source, cache.CacheSettings(window=50, theta=1.0, lam=0.1, bptt=40))
+    assert len(reads.calls) == 1, reads.calls
+    evaluator.nll(source)                                  # 60 segments of 5
+    assert len(reads.calls) == 2, reads.calls
 
 
 def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(trained):
@@ -301,12 +372,20 @@ def test_evaluate_cache_and_dynamic_from_the_command_line(tiny_run, capsys):
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert evaluate.main([str(tiny_run), "--cache", "--cache-lambda", "0", "--cache-bptt", "70", "--json"]) == 0
     zero = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert zero["method"] == "cache" and zero["settings"] == {"window": 500, "theta": 1.0, "lam": 0.0, "bptt": 70}
+    assert zero["method"] == "cache" and zero["settings"] == {"window": 500, "theta": 1.0, "lam": 0.0, "bptt": 70,
+                                                                 "start": "reference"}
     for split in ("val", "test"):
         assert zero[f"{split}_ppl"] == pytest.approx(plain[f"{split}_ppl"], rel=1e-12)
     assert evaluate.main([str(tiny_run), "--cache", "--json"]) == 0
     published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert published["settings"] == {"window": 500, "theta": 1.0, "lam": 0.1, "bptt": 5000}
+    assert published["settings"] == {"window": 500, "theta": 1.0, "lam": 0.1, "bptt": 5000, "start": "reference"}
+    # The splits are shorter than PTB's window: pointer.py's rule never mixes the cache in.
+    assert published["test_ppl"] == pytest.approx(plain["test_ppl"], rel=1e-12)
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-start", "available", "--json"]) == 0
+    available = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert available["settings"]["start"] == "available" and available["test_ppl"] != published["test_ppl"]
+    assert evaluate.main([str(tiny_run), "--cache", "--json"]) == 0
+    published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert json.loads((tiny_run / "eval_best_cache.json").read_text()) == published
     assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-ms-batches", "3", "--json"]) == 0
     dynamic = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

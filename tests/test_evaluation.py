@@ -41,3 +41,31 @@ def test_evaluate_nll_is_the_mean_nll_of_the_full_log_probs_over_one_long_sequen
     chunked = torch.cat([out.log_probs.gather(-1, t.unsqueeze(-1)).view(-1)
                          for out, t in iterate_chunks(model, source, 8)])
     assert -chunked.double().mean().item() == pytest.approx(nll, rel=1e-6)
+
+
+HOST_READS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
+
+
+class HostReads:
+    """Counts the calls that copy a tensor's value to the host (each one waits for the device)."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[str] = []
+        for name in HOST_READS:
+            monkeypatch.setattr(torch.Tensor, name, self.recording(name, getattr(torch.Tensor, name)))
+
+    def recording(self, name, method):
+        def read(tensor, *args, **kwargs):
+            self.calls.append(name)
+            return method(tensor, *args, **kwargs)
+        return read
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_evaluation_reads_the_device_once_per_split(head, monkeypatch):
+    model = tiny_model(head)
+    source = batchify(torch.randint(VOCAB, (400,)), 2)          # 25 chunks of 8
+    expected = evaluate_nll(model, source, bptt=8)
+    reads = HostReads(monkeypatch)
+    assert evaluate_nll(model, source, bptt=8) == expected
+    assert len(reads.calls) == 1, reads.calls

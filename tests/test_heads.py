@@ -241,6 +241,53 @@ def test_mos_evaluation_never_grows_the_training_workspace():
     assert head.workspace._free.numel() == 2 * kept.numel()         # training does grow it
 
 
+def test_mos_without_gradient_scores_row_blocks_within_the_memory_bound(monkeypatch):
+    from model.kernels import mixture
+    head = make_head("mos").eval()
+    hidden, targets = hidden_for("mos"), targets_for()
+    expected = gathered(head, hidden, targets)
+    budget = 2 * 3 * V * 4                               # two positions' K x V float32 logits
+    monkeypatch.setattr(mixture, "NO_GRAD_LOGITS_BYTES", budget)
+    taken, take = [], mixture.Workspace.take
+
+    def recording_take(workspace, rows, cols, like, grow=True):
+        taken.append(rows * cols * like.element_size())
+        return take(workspace, rows, cols, like, grow)
+
+    monkeypatch.setattr(mixture.Workspace, "take", recording_take)
+    with torch.no_grad():
+        values = head.target_log_probs(hidden, targets)
+    torch.testing.assert_close(values, expected)
+    assert len(taken) == math.ceil(T * B / 2) and max(taken) <= budget
+
+
+MOS_CACHE_PEAK = """
+import sys
+import torch
+from benchmarks.gpu_check import FAST, mos_cache_peak
+from model.kernels import mixture
+mixture.NO_GRAD_LOGITS_BYTES = int(sys.argv[1])
+overrides = [*FAST, "head.components=10", "head.compile=false"]
+mos_cache_peak("configs/ptb/mos.yaml", 2000, torch.device("cpu"), positions=200, overrides=overrides)  # warm
+print(*mos_cache_peak("configs/ptb/mos.yaml", 2000, torch.device("cpu"), overrides=overrides))
+"""
+
+
+def test_mos_on_a_neural_cache_chunk_stays_inside_an_explicit_budget_measured():
+    """A 5,000-position chunk at V = 2,000, K = 10 (400 MB of logits at once) in a fresh process:
+    the resident memory grows by the two bounded buffers of the eager path and little else."""
+    import os
+    import subprocess
+    import sys
+    budget = 8 << 20
+    proc = subprocess.run([sys.executable, "-c", MOS_CACHE_PEAK, str(budget)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert proc.returncode == 0, proc.stderr
+    peak = int(proc.stdout.split()[-2])
+    assert peak <= 2 * budget + (16 << 20), peak
+
+
 def test_mos_two_forwards_before_backward_get_their_own_buffers():
     head = make_head("mos", dtype=torch.float64).eval()
     first_targets, second_targets = targets_for(2), targets_for(3)
@@ -534,3 +581,29 @@ def test_moc_has_the_same_parameters_as_mos():
     assert [(n, p.shape) for n, p in mos.named_parameters()] == \
            [(n, p.shape) for n, p in moc.named_parameters()]
 
+
+
+def test_compiled_kernels_make_only_the_row_dimension_symbolic(monkeypatch):
+    """The vocabulary and K stay constants of the compiled kernels; the rows (positions x batch,
+    which the variable BPTT length changes) are marked, not everything (dynamic=True)."""
+    compiles, marked = [], []
+
+    def recording_compile(fn, **options):
+        compiles.append(options)
+        return fn
+
+    monkeypatch.setattr(FusedKernel, "_compile_failed", False)
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    monkeypatch.setattr(torch._dynamo, "maybe_mark_dynamic", lambda t, dim: marked.append((tuple(t.shape), dim)))
+    from model.kernels.gss import _KERNEL
+    from model.kernels.mixture import _MIXTURE_FORWARD
+    for kernel in (_KERNEL, _MIXTURE_FORWARD):
+        monkeypatch.setattr(kernel, "_compiled", None)            # compiled by an earlier test
+    logits, log_prior = torch.randn(6, 3, 11), torch.randn(6, 3)             # (N, K, V), (N, K)
+    _MIXTURE_FORWARD(logits, log_prior, compiled=True)
+    assert compiles == [{"dynamic": False}]
+    assert marked == [((6, 3, 11), 0), ((6, 3), 0)]
+    marked.clear()
+    x = torch.randn(7, 11)
+    gss_transform(x, -1.5, 2.5, compiled=True)
+    assert marked == [((7, 11), 0)]

@@ -120,6 +120,46 @@ def test_gradients_match_plain_autograd(dtype, scatter_chunk, monkeypatch):
     torch.testing.assert_close(gv, gv_ref)
 
 
+def test_without_deterministic_algorithms_a_gpu_keeps_index_add():
+    from model.kernels import plif as kernels
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not kernels._ordered_sums_needed(torch.device("cuda"))
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.parametrize("scatter_chunk", [1 << 22, 64])
+def test_deterministic_mode_sums_the_slope_gradient_without_index_add(scatter_chunk, monkeypatch,
+                                                                      deterministic_algorithms):
+    """A GPU's index_add_ adds in the order its atomics arrive: with deterministic algorithms
+    the buckets are summed in a fixed order instead, to the same values (the CPU's index_add_
+    is a loop in a fixed order already: the ordered sums are forced here)."""
+    from model.kernels import plif as kernels
+    assert kernels._ordered_sums_needed(torch.device("cuda"))
+    assert not kernels._ordered_sums_needed(torch.device("cpu"))
+    monkeypatch.setattr(kernels, "_ordered_sums_needed", lambda device: True)
+    monkeypatch.setattr("model.kernels.plif._SCATTER_CHUNK", scatter_chunk)
+
+    def no_index_add(*args, **kwargs):
+        raise AssertionError("index_add_ used in deterministic mode")
+
+    x = torch.cat([away_from_knots(500), torch.randn(500) * 3]).view(10, 100)
+    v, grad = slopes_param(), torch.randn(10, 100)
+    xi, vi = x.clone().requires_grad_(), v.clone().requires_grad_()
+    plif_reference(xi, vi, BOUND).backward(grad)
+    monkeypatch.setattr(torch.Tensor, "index_add_", no_index_add)
+    xd, vd = x.clone().requires_grad_(), v.clone().requires_grad_()
+    plif(xd, vd, BOUND).backward(grad)
+    torch.testing.assert_close(xd.grad, xi.grad)
+    torch.testing.assert_close(vd.grad, vi.grad)
+
+
 def test_no_slope_gradient_when_slopes_are_fixed():
     x = away_from_knots(50).requires_grad_()
     v = slopes_param()

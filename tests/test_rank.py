@@ -136,3 +136,26 @@ def test_bad_input_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "rank.py", str(tmp_path / "nope")], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "checkpoint not found" in proc.stderr
+
+
+def test_the_streams_share_the_gpu_budget_and_what_does_not_fit_goes_to_the_cpu():
+    """Two streams (log P and f(l)) on a device ("meta" stands in for a GPU: it allocates nothing)
+    with room for one: the second runs the LAPACK backend on the CPU."""
+    from spectrum.streaming import torch_backend_bytes
+    vocab, budget = 3000, torch_backend_bytes(3000, 1500, 4)
+    streams = rank.open_streams(["logp", "transformed"], vocab, "float32", torch.device("meta"), budget)
+    logp, transformed = streams["logp"], streams["transformed"]
+    assert (logp.backend, logp.device.type, transformed.backend, transformed.device.type) == \
+        ("torch", "meta", "lapack", "cpu")
+    assert torch_backend_bytes(vocab, logp.block_rows, 4) <= budget
+    room_for_two = 2 * torch_backend_bytes(vocab, 3000, 4)                 # blocks of n rows each
+    both = rank.open_streams(["logp", "transformed"], vocab, "float32", torch.device("meta"), room_for_two)
+    assert [s.backend for s in both.values()] == ["torch", "torch"]
+    assert rank.decomposition_budget(torch.device("meta"), 1.5) == 3 * 2**29
+    assert rank.decomposition_budget(torch.device("cpu"), None) is None
+
+
+def test_max_memory_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        rank.parse_args(["runs/x", "--max-memory", "0"])
+    assert "--max-memory: expected a number of GiB > 0, got 0.0" in capsys.readouterr().err

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +20,7 @@ from spectrum import (
     rank_summary,
     streaming_singular_values,
 )
-from spectrum.streaming import tpqrt_update
+from spectrum.streaming import singular_values_of, torch_backend_bytes, tpqrt_update
 
 DTYPES = [np.float32, np.float64]
 BACKENDS = ["lapack", "torch"]
@@ -277,3 +281,77 @@ def test_rank_summary_is_json_ready():
     assert summary["shape"] == [10, 5] and summary["dtype"] == "float32"
     assert summary["sigma_max"] == 3.0 and summary["sigma_min"] == 1.0
     assert json.loads(json.dumps(summary))["effective_rank"]["0.001"] == 5
+
+
+# --------------------------------------------------------------------------------------------
+# Memory bounds of the torch backend (meant for GPUs; the same code path on the CPU and on
+# PyTorch's "meta" device, which allocates nothing)
+
+
+def test_the_torch_backend_shrinks_its_blocks_to_a_memory_budget():
+    n, budget = 1500, 48 << 20
+    sv = StreamingSingularValues(n, dtype=np.float64, backend="torch", max_memory=budget)
+    assert sv.block_rows == budget // (2 * n * 8) - n
+    assert torch_backend_bytes(n, sv.block_rows, 8) <= budget
+    assert StreamingSingularValues(n, dtype=np.float64, backend="torch").block_rows == 2048   # unbounded
+    matrix = with_spectrum(200, 60, np.logspace(0, -6, 60))
+    bounded = stream(matrix, chunk=33, backend="torch", dtype=np.float64,
+                     max_memory=torch_backend_bytes(60, 300, 8))
+    np.testing.assert_allclose(bounded, reference(matrix), rtol=0, atol=agreement_tolerance(matrix, np.float64))
+    with pytest.raises(ValueError, match="more than max_memory"):
+        StreamingSingularValues(n, backend="torch", max_memory=1 << 20)
+
+
+def test_auto_sends_what_does_not_fit_the_device_to_the_cpu():
+    fits = StreamingSingularValues(2000, device="meta", max_memory=100 << 20)
+    assert (fits.backend, fits.device.type) == ("torch", "meta")
+    assert torch_backend_bytes(2000, fits.block_rows, 4) <= 100 << 20
+    short = StreamingSingularValues(2000, device="meta", max_memory=20 << 20)
+    assert (short.backend, short.device.type) == ("lapack", "cpu")
+    # float64 where the device has no full-rate float64 (meta has no float64 units at all)
+    slow = StreamingSingularValues(2000, dtype=np.float64, device="meta", max_memory=1 << 30)
+    assert (slow.backend, slow.device.type) == ("lapack", "cpu")
+
+
+def test_the_final_svd_on_cuda_uses_the_gesvd_driver(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda matrix, **options: calls.append(options))
+
+    class OnCuda:
+        device = torch.device("cuda", 0)
+
+    singular_values_of(OnCuda())
+    singular_values_of(torch.eye(2))
+    assert calls == [{"driver": "gesvd"}, {}]
+
+
+PEAK_SCRIPT = """
+import resource, sys
+import numpy as np, torch
+from spectrum import StreamingSingularValues
+n, m, budget = 1500, 4000, int(sys.argv[1])
+rng = np.random.default_rng(0)
+chunks = [rng.standard_normal((100, n)) for _ in range(m // 100)]
+torch.linalg.svdvals(torch.randn(300, 300, dtype=torch.float64))   # libraries and their buffers
+torch.geqrf(torch.randn(300, n, dtype=torch.float64))
+torch.geqrf(torch.randn(n, 300, dtype=torch.float64))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sv = StreamingSingularValues(n, dtype=np.float64, backend="torch", max_memory=budget)
+for rows in chunks:
+    sv.update(rows)
+sv.singular_values()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_the_torch_backend_stays_inside_an_explicit_budget_measured():
+    """The peak resident memory of a whole decomposition (n = 1,500, float64, 4,000 rows) on the
+    CPU with the torch backend: the budget bounds it (without one it takes 2 (n + 2,048) n values)."""
+    budget = torch_backend_bytes(1500, 800, 8)                          # 55 MB
+    proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(budget)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300,
+                          # big blocks straight from mmap, so that freed ones leave the resident set
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert proc.returncode == 0, proc.stderr
+    growth = int(proc.stdout.split()[-1])
+    assert growth <= budget + (4 << 20), (growth, budget)

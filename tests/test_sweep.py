@@ -343,3 +343,55 @@ def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
         run = out / f"ptb-softmax-seed{seed}"
         assert json.loads((run / "eval_best.json").read_text())["test_ppl"] > 1
         assert f"run {run}" in (run / "sweep.log").read_text()
+
+
+# ---------------------------------------------------------------------- sweeps sharing a folder
+
+def test_a_run_another_sweep_holds_is_in_progress_elsewhere_not_failed(overrides, tmp_path, monkeypatch,
+                                                                       capsys):
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    held_dir = tmp_path / "ptb-softmax-seed1"
+    with launch_runs.claimed(held_dir) as ours:          # what another live sweep holds
+        assert ours
+        code = sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"{held_dir}: in progress elsewhere" in out and "failed" not in out
+    assert [c[-1] for c in commands if Path(c[1]).name == "train.py"] == [f"run.dir={tmp_path / 'ptb-softmax-seed2'}"]
+    assert "1 done, 1 in progress elsewhere" in out
+    assert not (held_dir / "last.pt").exists()
+
+
+def test_a_run_a_hand_started_training_holds_is_in_progress_elsewhere(overrides, tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setattr(launch_runs, "run_command", in_process([]))
+    held_dir = tmp_path / "ptb-softmax-seed1"
+    held_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, '.'); "
+                               "from experiment.run_directory import RunLock; "
+                               f"RunLock({str(held_dir)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(60)"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(tmp_path)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 0
+    assert "1 in progress elsewhere" in capsys.readouterr().out
+
+
+def test_two_sweeps_of_one_plan_started_together_train_each_run_once(overrides, tmp_path):
+    command = [sys.executable, "sweep.py", CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path)]
+    sweeps = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(2)]
+    outputs = [proc.communicate(timeout=300)[0] for proc in sweeps]
+    assert [proc.returncode for proc in sweeps] == [0, 0], outputs
+    lines = "\n".join(outputs).splitlines()
+    for seed in (1, 2):
+        run_dir = tmp_path / f"ptb-softmax-seed{seed}"
+        assert sum(line.endswith(f"{run_dir}: new") for line in lines) == 1, outputs
+        assert not any(line.endswith(f"{run_dir}: resume") for line in lines), outputs
+        assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+        assert (run_dir / "eval_best.json").is_file()

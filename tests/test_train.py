@@ -251,6 +251,30 @@ def test_max_steps_and_resume_with_more_steps(ptb_slice, tmp_path, tiny_override
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 12
 
 
+def test_run_deterministic_trains_with_deterministic_algorithms(tmp_path, tiny_overrides, monkeypatch):
+    """run.deterministic: torch's deterministic algorithms, cuBLAS's workspace setting and
+    cuDNN without timed algorithm choice, for the whole run (a PLIF head: its own reduction)."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seen = []
+    real_step = train.Trainer.train_step
+
+    def recording_step(self):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
+        return real_step(self)
+
+    monkeypatch.setattr(train.Trainer, "train_step", recording_step)
+    try:
+        assert train.main([PTB, *tiny_overrides, "head.name=plif", "head.knots=1000", "run.max_steps=2",
+                           "run.deterministic=true", f"run.dir={tmp_path / 'det'}"]) == 0
+        assert seen == [(True, True)] * 2
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert train.main([PTB, *tiny_overrides, "run.max_steps=1", f"run.dir={tmp_path / 'plain'}"]) == 0
+        assert seen[-1] == (False, False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+
+
 def test_refusals(ptb_slice, tmp_path, tiny_overrides, capsys):
     run_dir = tmp_path / "r"
     assert train.main([PTB, *tiny_overrides, "run.max_steps=2", f"run.dir={run_dir}"]) == 0

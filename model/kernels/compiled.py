@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, ClassVar, Optional
+from typing import Callable, ClassVar, Mapping, Optional
 
 import torch
 
@@ -16,20 +16,27 @@ class FusedKernel:
     rounding): compiling is a speed matter only. If compiling or running the compiled code
     fails (no C++ compiler, an unsupported platform), one warning is printed and every
     kernel runs eagerly from then on.
+
+    `varying` names, per positional argument, the dimensions whose size changes from call to
+    call (the rows: positions x batch, which the variable BPTT length changes); they are
+    compiled as symbols, so one kernel serves every sequence length. Every other size (the
+    vocabulary, K) stays a constant of the kernel, which the compiler specialises for
+    (dynamic=True would make them symbols too).
     """
 
     _compile_failed: ClassVar[bool] = False
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, varying: Optional[Mapping[int, tuple[int, ...]]] = None):
         self.fn = fn
+        self.varying = dict(varying or {})
         self._compiled: Optional[Callable] = None
 
     def __call__(self, *args, compiled: bool):
         if compiled and not FusedKernel._compile_failed:
             try:
                 if self._compiled is None:
-                    # dynamic: one kernel for every sequence length the variable BPTT draws.
-                    self._compiled = torch.compile(self.fn, dynamic=True)
+                    self._compiled = torch.compile(self.fn, dynamic=False)
+                self.mark_varying(args)
                 return self._compiled(*args)
             except torch.cuda.OutOfMemoryError:
                 raise
@@ -40,3 +47,8 @@ class FusedKernel:
                               "heads use their eager kernels from now on (same results, slower)",
                               RuntimeWarning, stacklevel=2)
         return self.fn(*args)
+
+    def mark_varying(self, args) -> None:
+        for index, dims in self.varying.items():
+            for dim in dims:
+                torch._dynamo.maybe_mark_dynamic(args[index], dim)

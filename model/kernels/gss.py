@@ -25,7 +25,7 @@ def _gss_kernel(logits: torch.Tensor, c: float, k: float) -> tuple[torch.Tensor,
     return logits + (k - 1) * log_sigmoid, 1 + (k - 1) * sigmoid_neg
 
 
-_KERNEL = FusedKernel(_gss_kernel)
+_KERNEL = FusedKernel(_gss_kernel, varying={0: (0,)})
 
 
 class _GSSTransform(torch.autograd.Function):

@@ -34,8 +34,8 @@ def _mixture_backward(logits, shift, log_p, log_prior, grad):
     return weighted - torch.exp(logits - lse.unsqueeze(-1)) * s.unsqueeze(-1), s
 
 
-_MIXTURE_FORWARD = FusedKernel(_mixture_forward)
-_MIXTURE_BACKWARD = FusedKernel(_mixture_backward)
+_MIXTURE_FORWARD = FusedKernel(_mixture_forward, varying={0: (0,), 1: (0,)})
+_MIXTURE_BACKWARD = FusedKernel(_mixture_backward, varying={i: (0,) for i in range(5)})
 
 
 class _MixtureLogSoftmax(torch.autograd.Function):
@@ -114,8 +114,8 @@ def _softmax_gradient_(logits: torch.Tensor, lse: torch.Tensor, weight: torch.Te
     logits.sub_(lse.unsqueeze(-1)).exp_().mul_(weight.neg().unsqueeze(-1))
 
 
-_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows)
-_SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_)
+_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows, varying={0: (0,)})
+_SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_, varying={0: (0,), 1: (0,), 2: (0,)})
 
 
 class _MixtureTargetLogProb(torch.autograd.Function):
@@ -181,4 +181,22 @@ def mixture_target_log_prob(contexts: torch.Tensor, weight: torch.Tensor, bias: 
     log sum_k pi_k softmax(W h_k + b)[target], shape (N)."""
     inputs = (contexts, weight, bias, log_prior)
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    return _MixtureTargetLogProb.apply(*inputs, targets, workspace, compiled, backward)
+    if backward:
+        return _MixtureTargetLogProb.apply(*inputs, targets, workspace, compiled, backward)
+    # Without a backward the rows are independent: score them in blocks whose (rows*K, V)
+    # logits fit NO_GRAD_LOGITS_BYTES (the neural cache's 5000-position chunk would otherwise
+    # make a 5000 x K x V buffer: 3 GB at PTB's shapes, 10 GB on WikiText-2).
+    rows = no_grad_block_rows(contexts.size(1), weight.size(0), contexts.element_size())
+    return torch.cat([_MixtureTargetLogProb.apply(contexts[block], weight, bias, log_prior[block],
+                                                  targets[block], workspace, compiled, False)
+                      for block in (slice(first, first + rows) for first in range(0, contexts.size(0), rows))])
+
+
+# The memory bound of the no-gradient path's logits buffer; the eager fallback's logsumexp
+# makes one more buffer of that size.
+NO_GRAD_LOGITS_BYTES = 256 << 20
+
+
+def no_grad_block_rows(components: int, vocab: int, element_size: int) -> int:
+    """Positions per block of the no-gradient path (at least one)."""
+    return max(1, NO_GRAD_LOGITS_BYTES // (components * vocab * element_size))

@@ -46,9 +46,9 @@ def _bucket_pairs_kernel(x: torch.Tensor, grad: torch.Tensor, bound: float, knot
     return i, torch.stack([grad * _offset_in_bucket(x, i, bound, knots), grad], dim=-1)
 
 
-_FORWARD = FusedKernel(_forward_kernel)
-_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel)
-_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel)
+_FORWARD = FusedKernel(_forward_kernel, varying={0: (0,)})
+_INPUT_GRADIENT = FusedKernel(_input_gradient_kernel, varying={0: (0,), 2: (0,)})
+_BUCKET_PAIRS = FusedKernel(_bucket_pairs_kernel, varying={0: (0,), 1: (0,)})
 # Logits per scatter in backward: bounds the transient (bucket, pair) tensors to 48 MB, and
 # they stay in cache between the kernel that writes them and the scatter that reads them.
 _SCATTER_CHUNK = 1 << 22
@@ -57,6 +57,44 @@ _SCATTER_CHUNK = 1 << 22
 def _exclusive_cumsum(t: torch.Tensor) -> torch.Tensor:
     """out_i = sum_{j<i} t_j."""
     return torch.cat([t.new_zeros(1), torch.cumsum(t, 0)[:-1]])
+
+
+def _bucket_sums(x: torch.Tensor, grad: torch.Tensor, bound: float, knots: int,
+                 compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per bucket, the sums of grad * (x - knot_i) and of grad over its logits, chunk by chunk;
+    in a fixed order of additions when torch's deterministic algorithms are on."""
+    ordered = _ordered_sums_needed(x.device)
+    # Both per-bucket sums in one scatter of the pairs read as complex numbers: eager
+    # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
+    # goes through atomic adds and is several times slower on CPU.
+    sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
+    for start in range(0, x.numel(), _SCATTER_CHUNK):
+        chunk = slice(start, start + _SCATTER_CHUNK)
+        bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], bound, knots, compiled=compiled)
+        if ordered:
+            sums += torch.view_as_complex(_ordered_bucket_sums(bucket, pairs, knots).to(pairs.dtype))
+        else:
+            sums.index_add_(0, bucket, torch.view_as_complex(pairs))
+    return sums.real, sums.imag
+
+
+def _ordered_sums_needed(device: torch.device) -> bool:
+    """Whether the bucket sums must avoid index_add_: with deterministic algorithms on, off the
+    CPU (there index_add_ is a loop, in a fixed order; a GPU's atomics arrive in any order). The
+    ordered sums sort the logits, some ten times the scatter's time on a CPU."""
+    return device.type != "cpu" and torch.are_deterministic_algorithms_enabled()
+
+
+def _ordered_bucket_sums(bucket: torch.Tensor, pairs: torch.Tensor, knots: int) -> torch.Tensor:
+    """The (knots, 2) per-bucket sums of `pairs` without atomic adds (a GPU's index_add_ adds
+    in whatever order its threads arrive): the pairs sorted by bucket (stably), a float64
+    running sum, and each bucket's sum as the difference of the running sum at its ends."""
+    order = torch.argsort(bucket, stable=True)
+    running = torch.cumsum(pairs[order].double(), 0)
+    running = torch.cat([running.new_zeros(1, 2), running])
+    ends = torch.searchsorted(bucket[order], torch.arange(knots + 1, device=bucket.device,
+                                                          dtype=bucket.dtype))
+    return running[ends[1:]] - running[ends[:-1]]
 
 
 class _PLIF(torch.autograd.Function):
@@ -92,13 +130,7 @@ class _PLIF(torch.autograd.Function):
             # index_add_ is a plain loop, while a compiled scatter-add into 100,000 buckets
             # goes through atomic adds and is several times slower on CPU.
             knots = v.shape[0]
-            sums = torch.zeros(knots, dtype=x.dtype.to_complex(), device=x.device)
-            for start in range(0, x.numel(), _SCATTER_CHUNK):
-                chunk = slice(start, start + _SCATTER_CHUNK)
-                bucket, pairs = _BUCKET_PAIRS(x[chunk], grad[chunk], ctx.bound, knots,
-                                              compiled=ctx.compiled)
-                sums.index_add_(0, bucket, torch.view_as_complex(pairs))
-            in_bucket, per_bucket = sums.real, sums.imag
+            in_bucket, per_bucket = _bucket_sums(x, grad, ctx.bound, knots, ctx.compiled)
             delta = 2 * ctx.bound / v.shape[0]
             above = _exclusive_cumsum(per_bucket.flip(0)).flip(0)   # sum over buckets > j
             grad_v = (in_bucket + delta * above) * torch.sigmoid(v)

@@ -1,0 +1,35 @@
+"""The benchmarks time what training runs: train.py's float32 settings, on the device asked for."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import TrainerStep
+from data import load_corpus
+from experiment.loading import set_float32_precision
+from tests.conftest import TINY
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_timed_step_uses_the_configs_float32_settings(small_data):
+    corpus = load_corpus("ptb", small_data, allow_modified=True)
+    overrides = [o for o in TINY if not o.startswith("run.device")]
+    try:
+        set_float32_precision(True)                 # as PyTorch's default lets cuDNN RNNs do
+        step = TrainerStep("configs/ptb/softmax.yaml", corpus, torch.device("cpu"), overrides)
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        step()
+        TrainerStep("configs/ptb/softmax.yaml", corpus, torch.device("cpu"), [*overrides, "run.tf32=true"])
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        set_float32_precision(False)
+
+
+def test_bench_step_takes_a_device():
+    proc = subprocess.run([sys.executable, "benchmarks/bench_step.py", "--device", "gpu"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --device: expected")

@@ -1,0 +1,36 @@
+"""benchmarks/gpu_check.py, the self-check a user runs first on a new GPU machine: here, its
+quick mode on the CPU (CI has no GPU), which runs every check against the CPU."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from model.heads import HEADS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_self_check_runs_on_the_cpu_and_says_no_gpu_was_found(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--fast", "--device", "cpu"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "AWD_CACHE_DIR": str(tmp_path)})
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "torch " in out and "no GPU found: every check below runs on the CPU" in out
+    assert "[ok] LSTM: cpu vs CPU" in out
+    for name in ("ss", "gss", "plif", "plif_frozen", "mos"):
+        assert f"[ok] {name} kernels: compiled" in out or f"{name} kernels: fell back to eager" in out
+    for name in HEADS:
+        assert f"[ok] {name} training: " in out
+    assert "| [SB] V100 55 s/epoch" in out and "| [SB] V100 100 s/epoch" in out
+    assert "[ok] rank.py tiny" in out and "[ok] MoS cache chunk tiny" in out
+    assert "[ok] gloo 2 processes: largest parameter difference to 1 process" in out
+    assert "checks passed" in out.strip().splitlines()[-1] and "failed" not in out.strip().splitlines()[-1]
+
+
+def test_a_bad_device_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--device", "gpu"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: --device: expected")
