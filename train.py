@@ -47,7 +47,7 @@ from experiment.checkpoint import CheckpointError
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.distributed import DistributedError, World, exit_process
 from experiment.evaluation import evaluate_nll, perplexity
-from experiment.loading import set_deterministic, set_float32_precision
+from experiment.loading import keep_freed_host_memory, set_deterministic, set_float32_precision
 from experiment.progress import EpochProgress, TrainingProgress
 from experiment.run_directory import RunDirectoryError, RunLock, finetune_overrides, write_text_atomic
 from launch.runs import run_name
@@ -635,6 +635,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     world.columns(config.train.batch_size)          # an equal share of the batch for each process
     set_float32_precision(config.run.tf32)
     set_deterministic(config.run.deterministic)
+    keep_freed_host_memory()
     torch.manual_seed(config.train.seed)
     model = build_model(config, corpus.vocab_size)
     identity = run_identity(config, model, corpus)

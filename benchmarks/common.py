@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import train  # noqa: E402
 from experiment.config import load_config  # noqa: E402
-from experiment.loading import set_float32_precision  # noqa: E402
+from experiment.loading import keep_freed_host_memory, set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 
 
@@ -24,6 +24,7 @@ class TrainerStep:
     def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None):
         config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
         set_float32_precision(config.run.tf32)       # what train.py sets: timed as trained
+        keep_freed_host_memory()
         torch.manual_seed(0)
         self.model = build_model(config, corpus.vocab_size).to(device)
         self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)

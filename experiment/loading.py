@@ -59,6 +59,33 @@ def set_deterministic(enabled: bool) -> None:
     torch.backends.cudnn.benchmark = False
 
 
+# glibc's mallopt parameters
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def keep_freed_host_memory() -> bool:
+    """Keep the memory of freed tensors in the process's heap for the next ones (Linux, glibc).
+
+    glibc serves every allocation above a threshold (at most 32 MB) with a fresh mmap and
+    returns it to the system on free, so a training step that makes tensors of T x B x V floats
+    (56 MB at PTB's V with 1,400 tokens) has the kernel map and zero-fill them anew at every
+    step: measured on the miniature PTB model, 140-170 ms of system time beside 190 ms of
+    computation a step, on one core. With mmap off and no trimming, the heap reuses them (the
+    process keeps its peak memory). Numbers are unchanged; only where memory comes from.
+    Returns whether it applied (False off glibc, where nothing is done)."""
+    import ctypes
+    import ctypes.util
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False                   # another C library (musl): it has no mallopt
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
 @dataclass
 class TrainedModel:
     path: Path            # the checkpoint file
@@ -101,6 +128,7 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
     """Load a run directory's `name` checkpoint (or a checkpoint file) with its corpus and model,
     ready to evaluate in IEEE float32."""
     set_float32_precision(False)
+    keep_freed_host_memory()
     ckpt_path = checkpoint.resolve_checkpoint_path(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
