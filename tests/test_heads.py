@@ -244,8 +244,8 @@ def test_mos_evaluation_never_grows_the_training_workspace():
 def test_mos_without_gradient_scores_row_blocks_within_the_memory_bound(monkeypatch):
     from model.kernels import mixture
     head = make_head("mos").eval()
-    hidden, targets = hidden_for("mos"), targets_for()
-    expected = gathered(head, hidden, targets)
+    g, targets = make_g("mos"), targets_for()
+    expected = gathered(head, g, targets)
     budget = 2 * 3 * V * 4                               # two positions' K x V float32 logits
     monkeypatch.setattr(mixture, "NO_GRAD_LOGITS_BYTES", budget)
     taken, take = [], mixture.Workspace.take
@@ -256,7 +256,7 @@ def test_mos_without_gradient_scores_row_blocks_within_the_memory_bound(monkeypa
 
     monkeypatch.setattr(mixture.Workspace, "take", recording_take)
     with torch.no_grad():
-        values = head.target_log_probs(hidden, targets)
+        values = head.target_log_probs(g, targets)
     torch.testing.assert_close(values, expected)
     assert len(taken) == math.ceil(T * B / 2) and max(taken) <= budget
 
