@@ -43,3 +43,42 @@ class AveragedSGD(torch.optim.Optimizer):
         """The running average for parameter p (p itself if it has not been stepped yet)."""
         state = self.state.get(p)
         return state["ax"] if state else p
+
+
+def make_optimizer(model, t, kind):
+    """SGD or AveragedSGD over the model with the training config `t`'s lr and weight decay, with
+    head parameter groups that have their own lr; each group keeps its lr as base_lr, which
+    train.py scales by seq_len / bptt at every step."""
+    extra = model.head.extra_param_groups()
+    special = {id(p) for group in extra for p in group["params"]}
+    main = [p for p in model.parameters() if p.requires_grad and id(p) not in special]
+    groups = [{"params": main, "lr": t.lr}] + [dict(g) for g in extra]
+    for group in groups:
+        group["base_lr"] = group["lr"]
+    if kind is torch.optim.SGD:
+        return torch.optim.SGD(groups, lr=t.lr, weight_decay=t.wdecay)
+    return AveragedSGD(groups, lr=t.lr, weight_decay=t.wdecay)
+
+
+class averaged_weights:
+    """Context manager: the model holds the ASGD averages inside, its own weights after."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer, self.saved = model, optimizer, []
+
+    def __enter__(self):
+        if isinstance(self.optimizer, AveragedSGD):
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    average = self.optimizer.averaged(p)
+                    if average is not p:
+                        self.saved.append((p, p.detach().clone()))
+                        p.copy_(average)
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for p, original in self.saved:
+                p.copy_(original)
+        self.saved = []
+        return False
