@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import signal
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from experiment.progress import (EpochProgress, RunLog, SilentProgress, Training
 from experiment.run_directory import RunDirectoryError, write_text_atomic
 from experiment.training_run import (PreparedRun, RunRefused, StopSignals, lost_process_message,
                                      non_finite_message, on_every_rank, parse_args, prepare_run,
-                                     report_start, resume_command)
+                                     report_start, signal_stop_message)
 from model import count_parameters
 
 
@@ -86,11 +85,20 @@ def extremes(tensors) -> torch.Tensor:
     return torch.stack([value for t in tensors for value in torch.aminmax(t.detach())])
 
 
+def non_monotone(val_loss: float, history: list, n: int) -> bool:
+    """[AWD] Algorithm 1: more than `n` (train.nonmono) losses recorded and the new one is worse
+    than the best of all but the last `n` (the validation history does not hold val_loss yet)."""
+    return len(history) > n and val_loss > min(history[:-n])
+
+
 def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
     return [(s, min(s + small_batch_size, batch_size)) for s in range(0, batch_size, small_batch_size)]
 
 
 class Trainer:
+    """One run's training on this process: the step, the epoch, validation, the ASGD switch and
+    the loop (`fit`). Where it stands is `progress`; experiment/checkpoint.py saves it in last.pt."""
+
     def __init__(self, config: Config, model, corpus, run_dir: Path, device: torch.device,
                  world: World | None = None):
         self.config, self.model, self.run_dir, self.device = config, model, run_dir, device
@@ -117,19 +125,13 @@ class Trainer:
     def averaging(self) -> bool:
         return isinstance(self.optimizer, AveragedSGD)
 
-    def non_monotone(self, val_loss: float) -> bool:
-        """[AWD] Algorithm 1: more than `nonmono` losses recorded and the new one is worse
-        than the best of all but the last `nonmono` (val_history does not hold val_loss yet)."""
-        n, history = self.config.train.nonmono, self.progress.val_history
-        return len(history) > n and val_loss > min(history[:-n])
-
     def should_switch_to_asgd(self, val_loss: float) -> bool:
         t = self.config.train
         if self.averaging or t.asgd_trigger in ("never", "start"):
             return False
         if t.asgd_trigger == "et":
             return self.progress.epoch >= t.asgd_switch_epoch
-        return self.non_monotone(val_loss)
+        return non_monotone(val_loss, self.progress.val_history, t.nonmono)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> float:
@@ -215,7 +217,7 @@ class Trainer:
             self.optimizer = make_optimizer(self.model, t, AveragedSGD)
             p.asgd_start_epoch = p.epoch + 1
             record["switched_to_asgd"] = True
-        elif t.early_stop_nonmono and self.averaging and self.non_monotone(val_loss):
+        elif t.early_stop_nonmono and self.averaging and non_monotone(val_loss, p.val_history, t.nonmono):
             p.finished = True             # finetuning's end ([AWD] finetune.py)
             record["early_stop"] = True
         p.val_history.append(val_loss)
@@ -238,6 +240,7 @@ class Trainer:
         return self.world.broadcast(val_loss)
 
     def fit(self) -> None:
+        """Epochs until the run is finished, or run.max_steps or a signal (TrainingStopped) stops it."""
         with self.signals:
             while not self.progress.finished:
                 if not self.train_epoch():
@@ -247,11 +250,11 @@ class Trainer:
                 if self.stop_signal:
                     break
         if self.stop_signal:
-            raise TrainingStopped(f"stopped by {signal.Signals(self.stop_signal).name} at step "
-                                  f"{self.progress.step}; saved {self.run_dir / 'last.pt'}; continue with "
-                                  f"{resume_command(self.run_dir, self.world)}", 128 + self.stop_signal)
+            raise TrainingStopped(signal_stop_message(self.stop_signal, self.progress.step, self.run_dir,
+                                                      self.world), 128 + self.stop_signal)
 
     def save_last(self) -> None:
+        """last.pt (its layout is in experiment/checkpoint.py)."""
         checkpoint.save_last(self)
 
 
@@ -287,7 +290,7 @@ def start_trainer(run: PreparedRun, world: World) -> Trainer:
     world.seed_random_stream(run.config.train.seed)
     trainer = Trainer(run.config, run.model, run.corpus, run.run_dir, run.device, world)
     if run.resume_ckpt is not None:
-        checkpoint.load_last(trainer, run.resume_ckpt, run.run_dir / "last.pt")   # shapes and finite weights checked
+        checkpoint.load_last(trainer, run.resume_ckpt, run.run_dir / "last.pt")   # shapes, finite weights checked
     if world.is_main:
         keep_epochs(run.run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
         write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())

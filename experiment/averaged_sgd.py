@@ -9,6 +9,9 @@ leaves out the first one; tests/test_averaged_sgd.py pins both behaviours.
 The step size is taken from the param group's lr one step late, as in torch's ASGD: step k
 uses the lr the group had at step k-1 (step 1 uses its own). The per-step rescaling of lr by
 seq_len / bptt therefore reaches the updates exactly as in the original code.
+
+`make_optimizer` gives a run's optimizer (SGD, or AveragedSGD once averaging); `averaged_weights`
+puts the averages into the model for validation and takes them out again.
 """
 from __future__ import annotations
 

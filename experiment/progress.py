@@ -15,7 +15,12 @@ instead, as the original AWD-LSTM does:
 counter does (a step's length varies around bptt); speed, loss and perplexity are those of the
 steps since the previous line; the time left is the training time at this epoch's pace so far
 (validation adds a few percent) to the end of the epoch and to the end of the run
-(train.epochs, or run.max_steps when that comes first).
+(train.epochs, or run.max_steps when that comes first). `SilentProgress` is what the other ranks
+of a torchrun show: nothing.
+
+`RunLog` is what rank 0 records of each epoch: its line on stdout, its record in metrics.jsonl
+(`epoch_record`; `keep_epochs` cuts the file to the epochs a resumed last.pt has completed) and,
+with run.tensorboard, TensorBoard's scalars.
 """
 from __future__ import annotations
 

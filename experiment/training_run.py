@@ -7,8 +7,10 @@ directory: the splits fit their batch sizes, a last.pt belongs to the run its ru
 and was saved by as many processes as resume it, and its state is finite. A failure on any
 process stops every process (`on_every_rank`), with one line from rank 0.
 
-While it trains: `StopSignals` turns SIGTERM / Ctrl-C into a stop after the current step, and a
-stopped run says where it can be continued from (`describe_last_checkpoint`, `resume_command`).
+While it trains: `StopSignals` turns SIGTERM / Ctrl-C into a stop after the current step. What
+rank 0 says when the run starts (`report_start`) and why it stopped (`non_finite_message`,
+`signal_stop_message`, `lost_process_message`), each stop naming the checkpoint it can be
+continued from (`describe_last_checkpoint`, `resume_command`).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from .run_directory import RunDirectoryError, RunLock, finetune_overrides, run_n
 
 
 def parse_args(argv=None):
+    """train.py's command line."""
     parser = argparse.ArgumentParser(
         description="Train an AWD-LSTM language model with a pluggable output head.",
         epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
@@ -235,6 +238,12 @@ def resume_command(run_dir: Path, world: World) -> str:
     if not world.distributed:
         return f"python train.py --resume {run_dir}"
     return f"torchrun (with {world.size} processes in all) train.py --resume {run_dir}"
+
+
+def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
+    """What a run stopped by a signal says: where it saved and how to continue it."""
+    return (f"stopped by {signal.Signals(signum).name} at step {step}; saved {run_dir / 'last.pt'}; "
+            f"continue with {resume_command(run_dir, world)}")
 
 
 def describe_last_checkpoint(run_dir: Path) -> str:
