@@ -21,6 +21,10 @@ Under torchrun (experiment/distributed.py) each of N processes owns an equal blo
 columns and cuts it into chunks of `small_batch_size`; each chunk's loss keeps its weight, its
 share of the whole batch, and the gradients are summed across processes before step 3, which
 every process then takes alike. Rank 0 validates and writes the run directory.
+
+Around the algorithm, in experiment/: which run a command line means and the checks before it
+starts (training_run.py), what best.pt and last.pt hold (checkpoint.py), what is shown and
+logged (progress.py), the averaged SGD and the averaged weights (averaged_sgd.py).
 """
 from __future__ import annotations
 
