@@ -126,6 +126,7 @@ def restore_rng_state(state: dict, sampler) -> None:
 # whether it averages), progress, random-number streams and hidden states.
 
 def save_best(trainer, val_loss: float) -> None:
+    """best.pt: the model as it was validated (the ASGD averages once averaging), no optimizer."""
     save_atomic({
         "format": FORMAT, "kind": "best", "config": trainer.config.to_dict(),
         **trainer.vocab, "model": trainer.model.state_dict(),

@@ -2,10 +2,9 @@
 
 A run is one config with overrides and a seed, in its own directory named by `run_name`
 (experiment/run_directory.py: the only naming rule; train.py's default run.dir, sweep.py and the
-row scripts all use it). Every run
-is `train.py CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR` (and
-`rank.py DIR` when asked). What is left to do is read from DIR itself, so re-issuing the
-same sweep after a crash continues where it stopped:
+row scripts all use it). Every run is `train.py CONFIG overrides... train.seed=S run.dir=DIR`,
+then `evaluate.py DIR` (and `rank.py DIR` when asked). What is left to do is read from DIR
+itself, so re-issuing the same sweep after a crash continues where it stopped:
 
     no last.pt                      -> train from scratch, evaluate (, rank)
     last.pt, run not finished       -> train.py --resume DIR, evaluate (, rank)
