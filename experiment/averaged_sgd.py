@@ -9,6 +9,9 @@ leaves out the first one; tests/test_averaged_sgd.py pins both behaviours.
 The step size is taken from the param group's lr one step late, as in torch's ASGD: step k
 uses the lr the group had at step k-1 (step 1 uses its own). The per-step rescaling of lr by
 seq_len / bptt therefore reaches the updates exactly as in the original code.
+
+`make_optimizer` gives a run's optimizer (SGD, or AveragedSGD once averaging); `averaged_weights`
+puts the averages into the model for validation and takes them out again.
 """
 from __future__ import annotations
 
@@ -43,3 +46,42 @@ class AveragedSGD(torch.optim.Optimizer):
         """The running average for parameter p (p itself if it has not been stepped yet)."""
         state = self.state.get(p)
         return state["ax"] if state else p
+
+
+def make_optimizer(model, t, kind):
+    """SGD or AveragedSGD over the model with the training config `t`'s lr and weight decay, with
+    head parameter groups that have their own lr; each group keeps its lr as base_lr, which
+    train.py scales by seq_len / bptt at every step."""
+    extra = model.head.extra_param_groups()
+    special = {id(p) for group in extra for p in group["params"]}
+    main = [p for p in model.parameters() if p.requires_grad and id(p) not in special]
+    groups = [{"params": main, "lr": t.lr}] + [dict(g) for g in extra]
+    for group in groups:
+        group["base_lr"] = group["lr"]
+    if kind is torch.optim.SGD:
+        return torch.optim.SGD(groups, lr=t.lr, weight_decay=t.wdecay)
+    return AveragedSGD(groups, lr=t.lr, weight_decay=t.wdecay)
+
+
+class averaged_weights:
+    """Context manager: the model holds the ASGD averages inside, its own weights after."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer, self.saved = model, optimizer, []
+
+    def __enter__(self):
+        if isinstance(self.optimizer, AveragedSGD):
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    average = self.optimizer.averaged(p)
+                    if average is not p:
+                        self.saved.append((p, p.detach().clone()))
+                        p.copy_(average)
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for p, original in self.saved:
+                p.copy_(original)
+        self.saved = []
+        return False

@@ -3,13 +3,20 @@
 A checkpoint is a dict of tensors and plain data only (the config as a mapping, never a
 pickled object), written to a temporary file and renamed into place, and read back with
 torch.load(weights_only=True).
+
+train.py writes two kinds into a run directory (the end of this file has their layout): best.pt,
+the weights that validated best so far, and last.pt, everything a resumed run needs to continue
+exactly (optimizer, progress, every process's random numbers and hidden states).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
+from .averaged_sgd import AveragedSGD, make_optimizer
+from .progress import TrainingProgress
 from .run_directory import write_atomic
 
 FORMAT = "awd-lstm-heads/1"
@@ -137,3 +144,54 @@ def restore_rng_state(state: dict, sampler, device: torch.device, path) -> None:
     sampler.load_state_dict(state["sampler"])
     if cuda_state is not None:
         torch.cuda.set_rng_state(cuda_state, device)
+
+
+def rank_rng_state(ckpt: dict, rank: int) -> dict:
+    """The random-number state last.pt holds for process `rank`."""
+    return [ckpt["rng"], *ckpt.get("rng_of_other_ranks", [])][rank]
+
+
+# ---------------------------------------------------------------------- train.py's best.pt and last.pt
+# `trainer` is train.py's Trainer: what these files hold is its config, model, optimizer (and
+# whether it averages), progress, random-number streams and hidden states.
+
+def save_best(trainer, val_loss: float) -> None:
+    """best.pt: the model as it was validated (the ASGD averages once averaging), no optimizer."""
+    save_atomic({
+        "format": FORMAT, "kind": "best", "config": trainer.config.to_dict(),
+        **trainer.vocab, "model": trainer.model.state_dict(),
+        "epoch": trainer.progress.epoch, "step": trainer.progress.step, "val_loss": val_loss,
+        "averaged": trainer.averaging}, trainer.run_dir / "best.pt")
+
+
+def save_last(trainer) -> None:
+    """last.pt, written by rank 0 with every rank's random-number state and hidden states
+    (the hidden states in rank order: those of the single-process run's chunks)."""
+    p = trainer.progress
+    hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
+    ranks = trainer.world.gather((rng_state(trainer.sampler, trainer.device), hidden))
+    if not trainer.world.is_main:
+        return
+    rngs, hiddens = zip(*ranks)
+    hidden = None if p.hidden is None else [chunk for rank_hidden in hiddens for chunk in rank_hidden]
+    save_atomic({
+        "format": FORMAT, "kind": "last", "config": trainer.config.to_dict(),
+        **trainer.vocab, "model": trainer.model.state_dict(),
+        "optimizer": {"averaged": trainer.averaging, "state": trainer.optimizer.state_dict()},
+        "progress": dataclasses.replace(p, hidden=hidden).to_dict(),
+        "world_size": trainer.world.size, "rng": rngs[0], "rng_of_other_ranks": list(rngs[1:])},
+        trainer.run_dir / "last.pt")
+
+
+def load_last(trainer, ckpt: dict, path: Path) -> None:
+    """Continue from last.pt (saved by as many processes as this run has: see
+    experiment/training_run.py's check_world_size), each rank with its own random numbers and hidden states."""
+    load_model_state(trainer.model, ckpt["model"], path)
+    kind = AveragedSGD if ckpt["optimizer"]["averaged"] else torch.optim.SGD
+    trainer.optimizer = make_optimizer(trainer.model, trainer.config.train, kind)
+    trainer.optimizer.load_state_dict(ckpt["optimizer"]["state"])
+    trainer.progress = TrainingProgress.from_dict(ckpt["progress"], trainer.device)
+    if trainer.progress.hidden is not None:
+        first = trainer.world.rank * len(trainer.chunks)
+        trainer.progress.hidden = trainer.progress.hidden[first: first + len(trainer.chunks)]
+    restore_rng_state(rank_rng_state(ckpt, trainer.world.rank), trainer.sampler, trainer.device, path)

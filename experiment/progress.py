@@ -15,11 +15,17 @@ instead, as the original AWD-LSTM does:
 counter does (a step's length varies around bptt); speed, loss and perplexity are those of the
 steps since the previous line; the time left is the training time at this epoch's pace so far
 (validation adds a few percent) to the end of the epoch and to the end of the run
-(train.epochs, or run.max_steps when that comes first).
+(train.epochs, or run.max_steps when that comes first). `SilentProgress` is what the other ranks
+of a torchrun show: nothing.
+
+`RunLog` is what rank 0 records of each epoch: its line on stdout, its record in metrics.jsonl
+(`epoch_record`; `keep_epochs` cuts the file to the epochs a resumed last.pt has completed) and,
+with run.tensorboard, TensorBoard's scalars.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -32,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from .evaluation import perplexity
+from .run_directory import write_text_atomic
 
 
 @dataclass
@@ -150,3 +157,78 @@ class EpochProgress:
 
 def duration(seconds: float) -> str:
     return str(timedelta(seconds=round(max(seconds, 0))))
+
+
+class SilentProgress:
+    """What the ranks other than 0 show of an epoch: nothing (rank 0 reports for all)."""
+
+    def update(self, step: int, position: int, nll: float) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def epoch_record(progress: TrainingProgress, val_loss: float, optimizer: str, lr: float) -> dict:
+    """metrics.jsonl's line for the epoch `progress` has just trained, validated with `val_loss`."""
+    train_nll = progress.epoch_train_nll
+    return {"epoch": progress.epoch, "step": progress.step, "optimizer": optimizer,
+            "lr": lr, "seconds": round(progress.epoch_seconds, 3),
+            "train_loss": train_nll, "train_ppl": perplexity(train_nll),
+            "val_loss": val_loss, "val_ppl": perplexity(val_loss),
+            "best_val_ppl": perplexity(progress.best_val)}
+
+
+class RunLog:
+    """What rank 0 records of the epochs in the run directory: a line on stdout and one in
+    metrics.jsonl each, and with run.tensorboard TensorBoard's scalars (the step losses too)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.writer = run_dir, None
+
+    def open_tensorboard(self, step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
+        # purge_step: events logged after last.pt was saved are dropped; they are logged again.
+        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=step + 1,
+                                    flush_secs=30)
+
+    def scalar(self, name: str, value: float, step: int) -> None:
+        if self.writer is not None:
+            self.writer.add_scalar(name, value, step)
+
+    def log_epoch(self, record: dict) -> None:
+        line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
+                f"train ppl {record['train_ppl']:8.2f} | valid ppl {record['val_ppl']:8.2f} | "
+                f"lr {record['lr']:g} | {record['seconds']:7.1f} s | {record['optimizer']}"
+                + (" | switching to ASGD" if record.get("switched_to_asgd") else "")
+                + (" | no longer improving: done" if record.get("early_stop") else ""))
+        tqdm.write(line)
+        sys.stdout.flush()                 # a log file shows the epoch now, not at exit
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        for key in ("train_ppl", "val_ppl", "seconds"):
+            self.scalar(f"epoch/{key}", record[key], record["step"])
+        # The optimizer this epoch trained with, as metrics.jsonl says (not the one it switched to).
+        self.scalar("epoch/asgd", float(record["optimizer"] == "ASGD"), record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def keep_epochs(path: Path, completed: int) -> None:
+    """Cut metrics.jsonl to the epochs the checkpoint has completed (a run killed after an
+    epoch's line but before that epoch's last.pt redoes the epoch and writes the line again)."""
+    if not path.is_file():
+        return
+    lines, kept = path.read_text(encoding="utf-8").splitlines(keepends=True), []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break                      # a line cut short by a crash: it and what follows go
+        if not line.endswith("\n") or record.get("epoch", completed + 1) > completed:
+            break
+        kept.append(line)
+    if len(kept) < len(lines):
+        write_text_atomic(path, "".join(kept))

@@ -9,6 +9,9 @@ last holder, which the error message of a second process quotes.
 Files are written to a hidden temporary name beside their target and renamed over it, so a
 crash or a full disk leaves either the old file or the new one. Temporaries orphaned by a
 SIGKILL are removed by the next process that takes the lock (no one else writes there then).
+
+What a run directory is called is here too: `run_name` (the one naming rule, for train.py's
+default run.dir and the launcher's runs) and FINETUNE_DIR, where a run's finetuning goes.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Sequence
 
 LOCK_NAME = ".lock"
 _TEMP_NAME = re.compile(r"\..+\.tmp[0-9]+")        # what temp_path() gives
@@ -37,6 +40,15 @@ def finetune_overrides(source: Path) -> list[str]:
     sweep's finetuning of a plan's best run both use it."""
     return [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
             "train.early_stop_nonmono=true", f"run.dir={source / FINETUNE_DIR}"]
+
+
+def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -> str:
+    """<dataset>-<config name>[-key=value...]-seed<seed>, e.g. ptb-gss-head.c=-1.5-head.k=2-seed141.
+
+    Only the grid point is in the name: the sweep's other overrides are shared by all its runs.
+    """
+    name = "-".join([dataset, config_path.stem, *point, f"seed{seed}"])
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)    # a value like a path must not nest folders
 
 
 def temp_path(path: Path) -> Path:

@@ -1,6 +1,6 @@
 """Running experiments: processes, GPUs and Slurm (not analysis: that is analysis/).
 
-    runs.py    what a run is called (`run_name`, the one naming rule), planning seeds x grids,
+    runs.py    planning seeds x grids into runs named by `run_name` (experiment/run_directory.py),
                and the one routine every launcher uses: train (or resume) -> evaluate -> rank,
                doing only what a run directory still lacks
     modes.py   the ways to run many: one after another, one per GPU, a Slurm job array

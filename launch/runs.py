@@ -1,10 +1,10 @@
-"""What a run is called, and the one routine that takes a run directory to its results.
+"""Planning runs, and the one routine that takes a run directory to its results.
 
-A run is one config with overrides and a seed, in its own directory named by `run_name` (the
-only naming rule: train.py's default run.dir, sweep.py and the row scripts all use it). Every run
-is `train.py CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR` (and
-`rank.py DIR` when asked). What is left to do is read from DIR itself, so re-issuing the
-same sweep after a crash continues where it stopped:
+A run is one config with overrides and a seed, in its own directory named by `run_name`
+(experiment/run_directory.py: the only naming rule; train.py's default run.dir, sweep.py and the
+row scripts all use it). Every run is `train.py CONFIG overrides... train.seed=S run.dir=DIR`,
+then `evaluate.py DIR` (and `rank.py DIR` when asked). What is left to do is read from DIR
+itself, so re-issuing the same sweep after a crash continues where it stopped:
 
     no last.pt                      -> train from scratch, evaluate (, rank)
     last.pt, run not finished       -> train.py --resume DIR, evaluate (, rank)
@@ -22,7 +22,6 @@ import fcntl
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import yaml
 
 from experiment.config import Config, ConfigError, load_config, parse_override
 from experiment.progress import TrainingProgress
-from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides
+from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides, run_name
 from . import LaunchError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,15 +123,6 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
             raise LaunchError(f"--grid {spec!r}: {key} is given twice")
         grid.append((key, items))
     return grid
-
-
-def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -> str:
-    """<dataset>-<config name>[-key=value...]-seed<seed>, e.g. ptb-gss-head.c=-1.5-head.k=2-seed141.
-
-    Only the grid point is in the name: the sweep's other overrides are shared by all its runs.
-    """
-    name = "-".join([dataset, config_path.stem, *point, f"seed{seed}"])
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)    # a value like a path must not nest folders
 
 
 def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[str] = (),

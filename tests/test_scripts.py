@@ -34,7 +34,7 @@ def test_every_row_script_is_a_thin_wrapper_of_run_row(script):
 def test_a_row_script_trains_evaluates_ranks_and_resumes(ptb_slice, tmp_path):
     """The row script is sweep.py for one seed: the run directory is named by the one naming
     rule, and re-issuing the command skips what is done."""
-    from launch.runs import run_name
+    from experiment.run_directory import run_name
     from tests.conftest import TINY
     run_dir = tmp_path / run_name("ptb", Path("configs/ptb/softmax.yaml"), (), 7)
     env = dict(os.environ, PYTHON=sys.executable, RANK_ARGS="--contexts 50 --device cpu",

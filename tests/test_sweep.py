@@ -21,10 +21,11 @@ import torch
 import evaluate
 import sweep
 import train
+from experiment.run_directory import run_name
 from launch import LaunchError
 from launch import modes as launch_modes
 from launch import runs as launch_runs
-from launch.runs import parse_grid, run_command, run_name
+from launch.runs import parse_grid, run_command
 from tests.conftest import TINY
 
 REPO = Path(__file__).resolve().parent.parent

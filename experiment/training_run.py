@@ -1,0 +1,322 @@
+"""A training run around train.py's algorithm: how it starts and how it stops.
+
+Before the first step (`prepare_run`, on every process of a torchrun): which run a train.py
+command line means (a new run, a finetuning, or --resume RUN_DIR, whose last.pt fixes all but
+run.* and the data folder), and the checks made before anything is written into the run
+directory: the splits fit their batch sizes, a last.pt belongs to the run its run.json describes
+and was saved by as many processes as resume it, and its state is finite. A failure on any
+process stops every process (`on_every_rank`), with one line from rank 0.
+
+While it trains: `StopSignals` turns SIGTERM / Ctrl-C into a stop after the current step. What
+rank 0 says when the run starts (`report_start`) and why it stopped (`non_finite_message`,
+`signal_stop_message`, `lost_process_message`), each stop naming the checkpoint it can be
+continued from (`describe_last_checkpoint`, `resume_command`).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from data import DataError, load_corpus
+from model import build_model, count_parameters
+from . import checkpoint
+from .checkpoint import CheckpointError
+from .config import Config, ConfigError, load_config, parse_override
+from .distributed import World
+from .loading import keep_freed_host_memory, set_deterministic, set_float32_precision
+from .progress import TrainingProgress
+from .run_directory import RunDirectoryError, RunLock, finetune_overrides, run_name
+
+
+def parse_args(argv=None):
+    """train.py's command line."""
+    parser = argparse.ArgumentParser(
+        description="Train an AWD-LSTM language model with a pluggable output head.",
+        epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
+               "run.max_steps=100 run.device=cpu. See README.md for every key.")
+    parser.add_argument("config", nargs="?", help="config file, e.g. configs/ptb/softmax.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last.pt")
+    parser.add_argument("--finetune", metavar="RUN_DIR",
+                        help="second training stage: start from RUN_DIR/best.pt with ASGD from the "
+                             "first step until NT-ASGD's rule says it stopped improving; writes "
+                             "RUN_DIR/finetune unless run.dir is given")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build data and model, print the resolved config and a JSON summary, exit")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    args = parser.parse_intermixed_args(argv)
+    if args.config and "=" in args.config:   # `train.py --resume DIR key=value`: no config file
+        args.overrides.insert(0, args.config)
+        args.config = None
+    if args.data_dir:
+        args.overrides.append(f"data.data_dir={args.data_dir}")
+    if sum(map(bool, (args.config, args.resume, args.finetune))) != 1:
+        parser.error("give one of: a config file, --resume RUN_DIR, --finetune RUN_DIR")
+    return args
+
+
+RESUMABLE_OVERRIDES = ("run.", "data.data_dir")
+
+
+def resolve_run(args) -> tuple[Config, Path, dict | None]:
+    """The config, the run directory and (when resuming) the checkpoint to continue from."""
+    if args.resume:
+        run_dir = Path(args.resume)
+        ckpt_path = run_dir / "last.pt"
+        ckpt = checkpoint.load(ckpt_path)
+        checkpoint.require_kind(ckpt, "last", ckpt_path, "--resume continues a run from the "
+                                "last.pt train.py writes")
+        for text in args.overrides:
+            keys, value = parse_override(text)
+            key = ".".join(keys)
+            if key == "run.dir" and Path(str(value)).resolve() != run_dir.resolve():
+                raise ConfigError(f"override {text!r}: a resumed run stays in {run_dir}; copy "
+                                  f"the directory and resume the copy to continue it elsewhere")
+            if not key.startswith(RESUMABLE_OVERRIDES):
+                raise ConfigError(f"override {text!r}: only run.* and data.data_dir can change "
+                                  f"when resuming; {key} is fixed by {ckpt_path}")
+        config = load_config(None, list(args.overrides) + [f"run.dir={run_dir}"], base=ckpt["config"])
+        return config, run_dir, ckpt
+    if args.finetune:
+        source = Path(args.finetune)
+        config = load_config(source / "config.yaml", finetune_overrides(source) + list(args.overrides))
+        return config, Path(config.run.dir), None
+    config = load_config(args.config, args.overrides)
+    if config.run.dir:
+        run_dir = Path(config.run.dir)
+    else:
+        run_dir = Path("runs") / run_name(config.data.dataset, Path(args.config), (), config.train.seed)
+        config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
+    return config, run_dir, None
+
+
+def run_to_resume(run_dir: Path) -> RunLock:
+    """The lock of a run directory that holds a last.pt (taken before reading it: no other
+    process writes it then)."""
+    if not (run_dir / "last.pt").is_file():
+        raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a "
+                              f"run directory in which train.py saved last.pt")
+    return RunLock(run_dir)
+
+
+def check_splits(config: Config, corpus) -> None:
+    """Every split long enough for its batch size (the test split's is used by evaluate.py
+    after training: better to hear it now than after the last epoch)."""
+    t = config.train
+    corpus.check_batchable("train", t.batch_size, "train.batch_size", min_rows=3)
+    corpus.check_batchable("valid", t.eval_batch_size, "train.eval_batch_size")
+    corpus.check_batchable("test", t.test_batch_size, "train.test_batch_size")
+
+
+def run_identity(config: Config, model, corpus) -> dict:
+    """What run.json records about a run, and what a checkpoint continuing it must match."""
+    return {"params": count_parameters(model), "vocab_size": corpus.vocab_size,
+            "dataset": config.data.dataset, "head": config.head_name, "seed": config.train.seed}
+
+
+def check_belongs_to_run(run_dir: Path, ckpt_path: Path, identity: dict) -> None:
+    """Refuse a last.pt that is not the run run.json describes (copied from another run)."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e}); it should describe the run") from None
+    for key, value in identity.items():
+        if key in saved and saved[key] != value:
+            raise CheckpointError(f"{ckpt_path}: {key} is {value!r} in the checkpoint but "
+                                  f"{saved[key]!r} in {path}: it belongs to another run")
+
+
+def check_world_size(ckpt: dict, world: World, path: Path) -> None:
+    """A last.pt holds the random-number and hidden states of as many processes as trained it."""
+    saved = ckpt.get("world_size", 1)
+    if saved != world.size:
+        raise CheckpointError(f"{path}: saved by {saved} process(es), resumed by {world.size}; "
+                              f"resume it with {saved} (torchrun: --nnodes times --nproc_per_node; "
+                              f"python train.py: 1): each process's random numbers and hidden "
+                              f"states are in the checkpoint")
+
+
+def load_initial_weights(model, path: str, corpus) -> None:
+    try:
+        init = checkpoint.load(path)
+        checkpoint.check_vocabulary(init, corpus, path)
+        checkpoint.load_model_state(model, init["model"], path)
+    except CheckpointError as e:
+        raise CheckpointError(f"train.init_from: {e}") from None
+
+
+def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) -> None:
+    if config.run.device == "auto" and device.type == "cpu" and params > 1_000_000:
+        # The figures: benchmarks/bench_step.py on a 2-core VM (1.6 s a step, ~680 steps an
+        # epoch) and [SB]'s ~55 s an epoch on a V100.
+        print(f"warning: run.device=auto found no usable CUDA GPU, so this {params / 1e6:.1f}M-"
+              f"parameter model trains on the CPU, many times slower than on a GPU (the PTB "
+              f"Softmax model: ~18 min an epoch on 2 CPU cores, ~1 min on a V100); the progress "
+              f"lines show the real pace; set run.device=cpu to do this on purpose", file=sys.stderr)
+
+
+class PreparedRun(NamedTuple):
+    config: Config
+    run_dir: Path
+    device: torch.device
+    corpus: object
+    model: torch.nn.Module
+    identity: dict
+    resume_ckpt: dict | None
+
+
+class RunRefused(Exception):
+    """A failure of some rank before training, raised on every rank (rank 0 reports it)."""
+
+
+SETUP_ERRORS = (ConfigError, CheckpointError, DataError, RunDirectoryError)
+
+
+def on_every_rank(world: World, step, *args):
+    """step(*args), then RunRefused on every rank if it failed on any (in one process: if it
+    failed), so that no rank goes on to wait for one that has stopped."""
+    try:
+        result, error = step(*args), None
+    except SETUP_ERRORS as e:
+        result, error = None, str(e)
+    error = world.first_error(error)
+    if error is not None:
+        raise RunRefused(error)
+    return result
+
+
+def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun | None:
+    """The run, checked before anything is written into the run directory (rank 0 takes its
+    lock); None after --dry-run's report."""
+    if args.resume and world.is_main:
+        held.enter_context(run_to_resume(Path(args.resume)))
+    config, run_dir, resume_ckpt = resolve_run(args)
+    device = world.device(config.run.device)
+    corpus = load_corpus(config.data.dataset, config.data.data_dir,
+                         allow_modified=config.data.allow_modified_corpus)
+    check_splits(config, corpus)
+    world.columns(config.train.batch_size)          # an equal share of the batch for each process
+    set_float32_precision(config.run.tf32)
+    set_deterministic(config.run.deterministic)
+    keep_freed_host_memory()
+    torch.manual_seed(config.train.seed)
+    model = build_model(config, corpus.vocab_size)
+    identity = run_identity(config, model, corpus)
+    if args.dry_run:
+        if world.is_main:
+            print(config.to_yaml(), end="")
+            print(json.dumps({**identity, "device": str(device)}))
+        return None
+    if resume_ckpt is None and config.train.init_from:
+        load_initial_weights(model, config.train.init_from, corpus)
+    if resume_ckpt is not None:
+        ckpt_path = run_dir / "last.pt"
+        checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
+        check_belongs_to_run(run_dir, ckpt_path, identity)
+        check_world_size(resume_ckpt, world, ckpt_path)
+        checkpoint.training_device_cuda_state(checkpoint.rank_rng_state(resume_ckpt, world.rank), device,
+                                              ckpt_path)
+        checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")
+    elif world.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        held.enter_context(RunLock(run_dir))
+        if (run_dir / "last.pt").exists():
+            raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
+                                    f"train.py --resume {run_dir} or choose another run.dir")
+    return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)
+
+
+def resume_command(run_dir: Path, world: World) -> str:
+    if not world.distributed:
+        return f"python train.py --resume {run_dir}"
+    return f"torchrun (with {world.size} processes in all) train.py --resume {run_dir}"
+
+
+def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
+    """What a run stopped by a signal says: where it saved and how to continue it."""
+    return (f"stopped by {signal.Signals(signum).name} at step {step}; saved {run_dir / 'last.pt'}; "
+            f"continue with {resume_command(run_dir, world)}")
+
+
+def describe_last_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a stopped run can be continued from, read from the file itself."""
+    path = run_dir / "last.pt"
+    if not path.is_file():
+        return f"no checkpoint has been written yet (none in {run_dir})"
+    try:
+        progress = TrainingProgress.read(path)
+    except Exception:
+        return f"{path} is untouched (but not readable as a checkpoint)"
+    return f"the last checkpoint, {path} (epoch {progress.epoch}, step {progress.step}), is untouched"
+
+
+def non_finite_message(loss: float, grad_norm: float, progress: TrainingProgress, run_dir: Path) -> str:
+    """Why a step stopped the run (train.py's step checks its loss, gradient norm and weights)."""
+    if not math.isfinite(loss):
+        what = f"non-finite loss ({loss})"
+    elif not math.isfinite(grad_norm):
+        what = f"non-finite gradient norm ({grad_norm}) with a finite loss ({loss:.4g})"
+    else:
+        what = (f"non-finite weights after the update (gradient norm {grad_norm:.4g}, loss "
+                f"{loss:.4g}; is train.lr too large?)")
+    return (f"{what} at step {progress.step + 1} (epoch {progress.epoch}); nothing of this step was "
+            f"saved; {describe_last_checkpoint(run_dir)}")
+
+
+def report_start(run: PreparedRun, world: World, progress: TrainingProgress, params: int) -> None:
+    """Rank 0's first line: the run, its model and device, and where a resumed run continues."""
+    config, run_dir, device = run.config, run.run_dir, run.device
+    warn_if_cpu_by_default(config, device, params)
+    print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
+          f"{params:,} parameters | device {device}"
+          + (f" | {world.size} processes" if world.distributed else "")
+          + (f" | resumed at epoch {progress.epoch}, step {progress.step}"
+             if run.resume_ckpt is not None else ""), flush=True)
+
+
+def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: Path) -> str:
+    """Another process ended (a crash, a SIGKILL): the collective this one waited in failed."""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    first_line = re.sub(r"^\[[^\]]*\]\s*", "", first_line)[:200]     # gloo's [file:line] prefix
+    return (f"error: rank {world.rank} stopped at step {step} ({first_line}); "
+            f"{describe_last_checkpoint(run_dir)}")
+
+
+class StopSignals:
+    """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills a
+    single process; under torchrun a signal can come twice (from the scheduler and from
+    torchrun, which passes on what it receives), so it does not: torchrun's SIGKILL after
+    its --shutdown_timeout is the hard stop.
+
+        with StopSignals(world) as signals:
+            ... signals.received: the signal that came (None: none yet) ...
+    """
+
+    def __init__(self, world: World):
+        self.world, self.received, self.previous_handlers = world, None, {}
+
+    def __enter__(self) -> "StopSignals":
+        def handler(signum, frame):
+            self.received = signum
+            if not self.world.distributed:
+                signal.signal(signum, signal.SIG_DFL)
+        self.previous_handlers = {signum: signal.signal(signum, handler)
+                                  for signum in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for signum, handler in self.previous_handlers.items():
+            signal.signal(signum, handler)
+        return False
