@@ -9,8 +9,8 @@
 The results are also written beside the checkpoint as eval_<checkpoint name>.json (with a
 method: eval_<checkpoint name>_<method>.json), with the epoch and step of the weights and whether
 they are the ASGD averages or the raw weights. The methods read both splits at batch size 1 and
-default to the published settings of the run's dataset (experiment/cache.py,
-experiment/dynamic_eval.py); the checkpoint is never written.
+default to the published settings of the run's dataset (evaluation/cache.py,
+evaluation/dynamic.py); the checkpoint is never written.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment import cache, dynamic_eval
+from evaluation import cache, dynamic
 from experiment.config import ConfigError
-from experiment.evaluation import evaluate_nll, perplexity
+from evaluation.loop import evaluate_nll, perplexity
 from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 
@@ -87,7 +87,7 @@ METHOD_FLAGS = {"cache": {"cache_window": "window", "cache_theta": "theta", "cac
 
 def method_settings(args, dataset: str):
     """The published settings of the method for the dataset, with the flags given replacing them."""
-    published = (cache if args.method == "cache" else dynamic_eval).PUBLISHED[dataset]
+    published = (cache if args.method == "cache" else dynamic).PUBLISHED[dataset]
     given = {field: getattr(args, flag) for flag, field in METHOD_FLAGS[args.method].items()
              if getattr(args, flag) is not None}
     try:
@@ -177,11 +177,11 @@ def evaluate_with_method(run, args) -> int:
                 results[f"{name}_loss"] = cache.cache_nll(run.model, source, settings, progress)
     else:
         run.corpus.check_batchable("train", settings.ms_batch_size, "--dynamic-ms-batch-size")
-        steps = dynamic_eval.training_batches(run.corpus.train, settings)
+        steps = dynamic.training_batches(run.corpus.train, settings)
         with bar("gradient statistics on train", steps, unit="batch") as progress:
-            statistics = dynamic_eval.gradient_statistics(run.model, run.corpus.train, settings, progress)
-        evaluator = dynamic_eval.DynamicEvaluator(run.model, statistics, settings)
-        results["paper_units"] = dynamic_eval.paper_units(settings, statistics)
+            statistics = dynamic.gradient_statistics(run.model, run.corpus.train, settings, progress)
+        evaluator = dynamic.DynamicEvaluator(run.model, statistics, settings)
+        results["paper_units"] = dynamic.paper_units(settings, statistics)
         for name, source in splits.items():
             with bar(name, source.size(0) - 1) as progress:
                 results[f"{name}_loss"] = evaluator.nll(source, progress)

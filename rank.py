@@ -36,7 +36,7 @@ from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment.config import ConfigError
-from experiment.evaluation import iterate_chunks
+from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, write_text_atomic
 from analysis import AnalysisError

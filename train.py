@@ -42,7 +42,7 @@ from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer
 from experiment.config import Config
 from experiment.distributed import DistributedError, World, exit_process
-from experiment.evaluation import evaluate_nll, perplexity
+from evaluation.loop import evaluate_nll, perplexity
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, epoch_record,
                                  keep_epochs)
 from experiment.run_directory import RunDirectoryError, write_text_atomic

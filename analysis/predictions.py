@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import torch
 
 from data.batching import batchify
-from experiment.evaluation import iterate_chunks
+from evaluation.loop import iterate_chunks
 from . import AnalysisError
 from .runs import markdown_table
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify  # noqa: E402
-from experiment import cache, dynamic_eval  # noqa: E402
+from evaluation import cache, dynamic  # noqa: E402
 from experiment.config import load_config  # noqa: E402
-from experiment.evaluation import evaluate_nll  # noqa: E402
+from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 
@@ -50,7 +50,7 @@ def main() -> None:
     source = batchify(corpus.test[:args.tokens + 1], 1, device)
     tokens = source.size(0) - 1
     cache_settings = cache.PUBLISHED[config.data.dataset]
-    dynamic_settings = dataclasses.replace(dynamic_eval.PUBLISHED[config.data.dataset],
+    dynamic_settings = dataclasses.replace(dynamic.PUBLISHED[config.data.dataset],
                                            ms_batches=args.ms_batches)
 
     warm = source[:200]                       # first calls pay one-time allocation costs
@@ -61,8 +61,8 @@ def main() -> None:
              "cache": tokens / timed(lambda: cache.cache_nll(model, source, cache_settings), device)}
     statistics = []
     ms_seconds = timed(lambda: statistics.append(
-        dynamic_eval.gradient_statistics(model, corpus.train, dynamic_settings)), device)
-    evaluator = dynamic_eval.DynamicEvaluator(model, statistics[0], dynamic_settings)
+        dynamic.gradient_statistics(model, corpus.train, dynamic_settings)), device)
+    evaluator = dynamic.DynamicEvaluator(model, statistics[0], dynamic_settings)
     rates["dynamic"] = tokens / timed(lambda: evaluator.nll(source), device)
     evaluator.reset()
 
@@ -71,7 +71,7 @@ def main() -> None:
     for name, rate in rates.items():
         print(f"{name:10s} {rate:9,.0f} tokens/s   {rate / rates['plain']:6.3f}x plain")
     per_batch = ms_seconds / args.ms_batches
-    full = dynamic_eval.training_batches(corpus.train, dataclasses.replace(dynamic_settings, ms_batches=None))
+    full = dynamic.training_batches(corpus.train, dataclasses.replace(dynamic_settings, ms_batches=None))
     print(f"gradient statistics: {per_batch * 1e3:.1f} ms per training batch of "
           f"{dynamic_settings.ms_batch_size} x {dynamic_settings.bptt}; the whole training split "
           f"({full:,} batches) about {per_batch * full / 60:.1f} min")

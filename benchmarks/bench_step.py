@@ -33,7 +33,7 @@ from benchmarks.common import TrainerStep, interleaved_times, medians, timed  # 
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
-from experiment.evaluation import evaluate_nll  # noqa: E402
+from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
 
 

@@ -37,7 +37,7 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from .evaluation import perplexity
+from evaluation.loop import perplexity
 from .run_directory import write_text_atomic
 
 

@@ -1,4 +1,4 @@
-"""The neural cache and dynamic evaluation (experiment/cache.py, experiment/dynamic_eval.py) and
+"""The neural cache and dynamic evaluation (evaluation/cache.py, evaluation/dynamic.py) and
 evaluate.py's --cache / --dynamic: the definitions against direct computations, the limits that
 must give plain evaluation exactly, the effect on a repeated text, every head, the command line."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 import evaluate
 from data import load_corpus
 from data.batching import batchify
-from experiment import cache, dynamic_eval
+from evaluation import cache, dynamic as dynamic_eval
 from experiment.config import load_config
-from experiment.evaluation import evaluate_nll, iterate_chunks
+from evaluation.loop import evaluate_nll, iterate_chunks
 from experiment.loading import load_trained
 from model import build_model
 from model.heads import HEADS
@@ -287,7 +287,7 @@ def test_dynamic_evaluation_gains_more_on_the_second_pass_of_a_repeated_text(tra
 def test_the_update_rule_step_by_step(trained):
     """Two segments, S = sqrt(sum_b g_b^2): theta_1 = theta_0 - lr g_1 / (S + eps); theta_2 =
     theta_1 - lr g_2 / (S + eps) + min(lambda S / sum_k mean(S_k), 1) (theta_0 - theta_1), with
-    g_2 at theta_1 (the published units; see experiment/dynamic_eval.py)."""
+    g_2 at theta_1 (the published units; see evaluation/dynamic.py)."""
     settings = dynamic_eval.DynamicSettings(lr=0.01, lam=0.3, epsilon=0.001, bptt=5, ms_batches=2)
     model = trained.model
     statistics = gradient_statistics(trained, settings)

@@ -1,4 +1,4 @@
-"""experiment/evaluation.py: the perplexity loop every split, run and report uses."""
+"""evaluation/loop.py: the perplexity loop every split, run and report uses."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from data.batching import batchify
 from experiment.config import load_config
-from experiment.evaluation import evaluate_nll, iterate_chunks
+from evaluation.loop import evaluate_nll, iterate_chunks
 from model import build_model
 from model.heads import HEADS
 

@@ -9,7 +9,7 @@ import report
 from analysis import AnalysisError
 from analysis.predictions import make_contexts, predict
 from data.batching import batchify
-from experiment.evaluation import iterate_chunks
+from evaluation.loop import iterate_chunks
 from experiment.loading import load_trained
 
 

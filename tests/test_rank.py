@@ -114,7 +114,7 @@ def test_outputs_contexts_and_precision(tiny_runs, capsys):
 def test_the_matrix_is_what_evaluation_computes(tiny_runs, ptb_slice):
     """Rows of the log-P matrix: exactly evaluation's log-probs at batch size 1, context by context."""
     from data.batching import batchify
-    from experiment.evaluation import iterate_chunks
+    from evaluation.loop import iterate_chunks
     from experiment.loading import load_trained
     run = load_trained(tiny_runs["softmax"], torch.device("cpu"))
     source = batchify(run.corpus.test, 1)

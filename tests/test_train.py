@@ -21,7 +21,7 @@ from data import load_corpus
 from data.batching import batchify
 from experiment import checkpoint
 from experiment.config import load_config
-from experiment.evaluation import evaluate_nll
+from evaluation.loop import evaluate_nll
 from model import ModelOutput, build_model
 from model.heads.softmax import SoftmaxHead
 

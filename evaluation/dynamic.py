@@ -38,7 +38,7 @@ from typing import Iterator
 import torch
 
 from data.batching import batchify
-from .evaluation import iterate_chunks, mean_nll
+from .loop import iterate_chunks, mean_nll
 
 
 @dataclass(frozen=True)

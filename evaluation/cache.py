@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .evaluation import iterate_chunks, mean_nll
+from .loop import iterate_chunks, mean_nll
 
 # Rows of a chunk scored at once; each block looks at window + ROW_BLOCK keys at most.
 ROW_BLOCK = 512
