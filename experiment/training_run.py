@@ -159,8 +159,7 @@ def load_initial_weights(model, path: str, corpus) -> None:
 
 def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) -> None:
     if config.run.device == "auto" and device.type == "cpu" and params > 1_000_000:
-        # The figures: benchmarks/bench_step.py on a 2-core VM (1.6 s a step, ~680 steps an
-        # epoch) and [SB]'s ~55 s an epoch on a V100.
+        # A model this size trains many times slower on a CPU: say so, in case a GPU was meant.
         print(f"warning: run.device=auto found no usable CUDA GPU, so this {params / 1e6:.1f}M-"
               f"parameter model trains on the CPU, many times slower than on a GPU (the PTB "
               f"Softmax model: ~18 min an epoch on 2 CPU cores, ~1 min on a V100); the progress "
