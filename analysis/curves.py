@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from . import AnalysisError
-from .figures import prefixed, pyplot, save
+from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import markdown_table, read_metrics
 from .tables import Row, group_rows, read_run
 
@@ -61,7 +61,10 @@ def plot_curves(curves: Sequence[Curve], path: Path, title: str) -> None:
         # ASGD averages from the epoch after the switch: the line stands between the two.
         ax.axvline(epoch + 0.5, color="grey", linestyle=":", linewidth=1,
                    label="ASGD from here" if i == 0 else None)
+    from matplotlib.ticker import MaxNLocator
     ax.set_yscale("log")
+    plain_log_ticks(ax.yaxis)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="epoch", ylabel="validation perplexity (log scale)", title=title)
     ax.legend(fontsize="small")
     save(fig, path)

@@ -22,3 +22,11 @@ def save(fig, path: Path) -> None:
 def prefixed(prefix: Path, suffix: str) -> Path:
     """PREFIX + suffix, e.g. results/figure2 -> results/figure2.png (a dot in PREFIX is kept)."""
     return prefix.with_name(prefix.name + suffix)
+
+
+def plain_log_ticks(axis) -> None:
+    """Tick labels of a log-scale axis as plain numbers (200, 250, 300), not 2 x 10^2."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    axis.set_major_locator(LogLocator(base=10, subs=(1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import AnalysisError
-from .figures import prefixed, pyplot, save
+from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
 from .tables import group_rows, mean_std, read_run
 
@@ -45,6 +45,7 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
         ax.set_xlabel(key)
     left.set(ylabel="test perplexity", title="Test perplexity")
     right.set_yscale("log")
+    plain_log_ticks(right.yaxis)
     right.set(ylabel="Press rank of the test log-P matrix (log scale)", title="Press rank")
     right.legend(fontsize="small")
     save(fig, prefixed(out_prefix, ".png"))
