@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import statistics
 import sys
 from pathlib import Path
@@ -71,6 +72,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15, help="timed steps of each model (median)")
     parser.add_argument("--eval-tokens", type=int, default=3500, help="test tokens for eval throughput")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
+    parser.add_argument("--glibc-default-malloc", action="store_true",
+                        help="leave glibc's malloc as it is (train.py keeps freed memory in the heap): "
+                             "the system time this costs shows in system_s_per_step")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
@@ -79,7 +83,8 @@ def main() -> None:
     except ConfigError as e:
         raise SystemExit(f"error: {e}")
     corpus = load_corpus(load_config(args.config, args.overrides).data.dataset)
-    awd_step = TrainerStep(args.config, corpus, device, args.overrides)
+    awd_step = TrainerStep(args.config, corpus, device, args.overrides,
+                           keep_freed_memory=not args.glibc_default_malloc)
     config, model = awd_step.config, awd_step.model
 
     m, t = config.model, config.train
@@ -97,7 +102,12 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(plain.parameters(), t.clip)
         plain_opt.step()
 
+    before = resource.getrusage(resource.RUSAGE_SELF)
     times = interleaved_times({"awd": awd_step, "plain": plain_step}, args.steps, warmup=2, device=device)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    steps_run = 2 * (args.steps + 2)                   # both models, warm-up included
+    system_s = (after.ru_stime - before.ru_stime) / steps_run
+    user_s = (after.ru_utime - before.ru_utime) / steps_run
     awd_times, plain_times = times["awd"], times["plain"]
     awd, base = medians(times).values()
 
@@ -114,11 +124,15 @@ def main() -> None:
         "awd_steps_s": [round(x, 4) for x in awd_times], "plain_steps_s": [round(x, 4) for x in plain_times],
         "eval_batch1_tokens_per_s": round((test.size(0) - 1) / seconds, 1),
         "checks_s": round(checks_s, 6), "checks_share_of_awd_step": round(checks_s / awd, 4),
+        "system_s_per_step": round(system_s, 4), "user_s_per_step": round(user_s, 4),
+        "glibc_default_malloc": args.glibc_default_malloc,
     }
     print(f"AWD step  {awd:.3f} s (median of {args.steps})")
     print(f"plain step {base:.3f} s  -> ratio {awd / base:.3f}, median paired ratio "
           f"{result['paired_ratio_median']:.3f} (target <= 1.10)")
     print(f"guard-rail checks {checks_s * 1000:.2f} ms a step = {100 * checks_s / awd:.2f}% of the AWD step")
+    print(f"CPU time a step (both models): user {user_s * 1000:.0f} ms, system {system_s * 1000:.0f} ms"
+          + (" (glibc's default malloc)" if args.glibc_default_malloc else ""))
     print(f"evaluation at batch size 1: {result['eval_batch1_tokens_per_s']:.0f} tokens/s")
     print(json.dumps(result))
 

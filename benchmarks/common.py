@@ -21,10 +21,12 @@ class TrainerStep:
     """train.py's Trainer.train_step for a config, at seq_len = bptt so steps are comparable
     (in a torchrun world: this rank's share of the step)."""
 
-    def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None):
+    def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None,
+                 keep_freed_memory: bool = True):
         config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
         set_float32_precision(config.run.tf32)       # what train.py sets: timed as trained
-        keep_freed_host_memory()
+        if keep_freed_memory:                          # as train.py does
+            keep_freed_host_memory()
         torch.manual_seed(0)
         self.model = build_model(config, corpus.vocab_size).to(device)
         self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)
