@@ -141,6 +141,9 @@ def print_plan(runs, finetunes=(), waiting=()) -> None:
             print(shlex.join(command))
     for line in waiting:
         print(f"# then {line}")
+    if not runs and finetunes:                  # --finetune-only
+        print(f"# {len(finetunes)} finetuning run{'s' * (len(finetunes) != 1)} planned")
+        return
     total = runs[0].count if runs else 0
     print(f"# {total} run{'s' * (total != 1)} planned" if len(runs) == total
           else f"# {len(runs)} of {total} planned runs")

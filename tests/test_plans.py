@@ -254,6 +254,7 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert "# [finetune 1/1]" in printed and "# [1/3]" not in printed
+    assert printed.strip().splitlines()[-1] == "# 1 finetuning run planned"
     assert sweep.main([*argv, "--finetune-only"]) == 0
     assert [Path(c[1]).name for c in calls] == ["evaluate.py"] and "--cache" in calls[0]
     with pytest.raises(SystemExit):
