@@ -127,3 +127,13 @@ def head_overrides(name: str) -> list[str]:
     overrides = [f"head.name={name}"] + [f"head.{key}={yaml.safe_dump(value).splitlines()[0]}"
                                          for key, value in options.items()]
     return overrides + ([] if head.requires_nhidlast_equal_emsize else ["model.nhidlast=12"])
+
+
+def readme_blocks(section: str, languages: str) -> list[tuple[str, str]]:
+    """(first line, code) of each fenced block in README's section `section`, for blocks of the
+    given languages (a regex alternation, e.g. "python|yaml"): what a recipe says to write."""
+    import re
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    body = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(rf"```(?:{languages})\n(.*?)```", body, re.S)
+    return [(block.splitlines()[0], block) for block in blocks]

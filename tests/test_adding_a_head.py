@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import readme_blocks
+
 REPO = Path(__file__).resolve().parent.parent
 NAME = "temperature"                      # the README's example head
 
 
 def recipe() -> list[tuple[str, str]]:
     """(first line, code) of each fenced block in README's "Adding a head" section."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Adding a head\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(?:python|yaml)\n(.*?)```", section, re.S)
-    return [(block.splitlines()[0], block) for block in blocks]
+    return readme_blocks("Adding a head", "python|yaml")
 
 
 def follow_recipe(root: Path) -> None:

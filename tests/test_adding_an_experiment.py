@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import readme_blocks
+
 REPO = Path(__file__).resolve().parent.parent
 PLAN = "sweeps/cpu_d8.yaml"               # the README's example plan
 TABLE_SECTION = "## Results on a CPU"
@@ -20,10 +22,7 @@ TABLE_SECTION = "## Results on a CPU"
 
 def recipe() -> list[tuple[str, str]]:
     """(first line, code) of each fenced block in README's "Adding an experiment" section."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Adding an experiment\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(?:yaml|markdown)\n(.*?)```", section, re.S)
-    return [(block.splitlines()[0], block) for block in blocks]
+    return readme_blocks("Adding an experiment", "yaml|markdown")
 
 
 def follow_recipe(root: Path) -> None:

@@ -31,6 +31,13 @@ def cpu_run(root: Path, head: str, seed: int, d: int = 32, val_ppl=(500.0, 300.0
     return run
 
 
+def ranked_runs(root: Path, runs) -> Path:
+    """Evaluated and ranked runs: (head, seed, d, test ppl, Press rank) each."""
+    for head, seed, d, test_ppl, press_rank in runs:
+        cpu_run(root, head, seed, d=d, test_ppl=test_ppl, press_rank=press_rank)
+    return root
+
+
 def test_curves_draw_the_mean_and_range_per_head_with_the_switch(tmp_path, capsys):
     root = tmp_path / "runs"
     cpu_run(root, "softmax", 1, val_ppl=(500.0, 300.0, 250.0, 240.0))
@@ -48,11 +55,8 @@ def test_curves_draw_the_mean_and_range_per_head_with_the_switch(tmp_path, capsy
 
 
 def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
-    root = tmp_path / "runs"
-    cpu_run(root, "softmax", 1, d=16, test_ppl=300.0, press_rank=18)
-    cpu_run(root, "softmax", 1, d=32, test_ppl=250.0, press_rank=34)
-    cpu_run(root, "softmax", 2, d=32, test_ppl=260.0, press_rank=34)
-    cpu_run(root, "mos", 1, d=16, test_ppl=280.0, press_rank=9000)
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 16, 300.0, 18), ("softmax", 1, 32, 250.0, 34),
+                                           ("softmax", 2, 32, 260.0, 34), ("mos", 1, 16, 280.0, 9000)])
     out = tmp_path / "versus"
     assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(out)]) == 0
     text = (tmp_path / "versus.md").read_text()
@@ -100,11 +104,8 @@ def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
 
 
 def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
-    root = tmp_path / "runs"
-    cpu_run(root, "softmax", 1, d=16, test_ppl=300.0, press_rank=18)
-    cpu_run(root, "softmax", 1, d=32, test_ppl=250.0, press_rank=34)
-    cpu_run(root, "mos", 1, d=32, test_ppl=240.0, press_rank=9000)
-    cpu_run(root, "ss", 1, d=32, test_ppl=245.0, press_rank=5000)
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 16, 300.0, 18), ("softmax", 1, 32, 250.0, 34),
+                                           ("mos", 1, 32, 240.0, 9000), ("ss", 1, 32, 245.0, 5000)])
     out = tmp_path / "t"
     assert report.main(["table", str(root), "--only", "model.emsize=32", "--only", "head.name=softmax,mos",
                         "--out", str(out)]) == 0
