@@ -112,26 +112,33 @@ def main(argv=None) -> int:
         return 2
 
 
+# The splits are "valid" and "test" (the corpus's names); in result files (eval_*.json, as in
+# metrics.jsonl and last.pt's progress) the validation split's keys are val_loss, val_ppl, ...,
+# the names every saved result and report reads.
+RESULT_KEY = {"valid": "val", "test": "test"}
+
+
 def evaluate(run, args) -> int:
     t = run.config.train
-    splits = (("val", "valid", run.corpus.valid, args.valid_batch_size or t.eval_batch_size,
-               "--valid-batch-size" if args.valid_batch_size else "train.eval_batch_size"),
-              ("test", "test", run.corpus.test, args.test_batch_size or t.test_batch_size,
-               "--test-batch-size" if args.test_batch_size else "train.test_batch_size"))
-    for _, split, _, batch_size, setting in splits:
+    batch_sizes = {"valid": (args.valid_batch_size or t.eval_batch_size,
+                             "--valid-batch-size" if args.valid_batch_size else "train.eval_batch_size"),
+                   "test": (args.test_batch_size or t.test_batch_size,
+                            "--test-batch-size" if args.test_batch_size else "train.test_batch_size")}
+    for split, (batch_size, setting) in batch_sizes.items():
         run.corpus.check_batchable(split, batch_size, setting)
     weights = run.weights()
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
                "head": run.config.head_name, **weights}
     device = next(run.model.parameters()).device
-    for name, _, ids, batch_size, _ in splits:
-        data = batchify(ids, batch_size, device)
-        with tqdm(total=data.size(0) - 1, unit="step", desc=f"{name} (batch {batch_size})",
+    for split, (batch_size, _) in batch_sizes.items():
+        data = batchify(getattr(run.corpus, split), batch_size, device)
+        with tqdm(total=data.size(0) - 1, unit="step", desc=f"{split} (batch {batch_size})",
                   leave=False, disable=None) as bar:
             nll = evaluate_nll(run.model, data, t.bptt, progress=bar)
-        results[f"{name}_loss"] = nll
-        results[f"{name}_ppl"] = perplexity(nll)
-        results[f"{name}_batch_size"] = batch_size
+        key = RESULT_KEY[split]
+        results[f"{key}_loss"] = nll
+        results[f"{key}_ppl"] = perplexity(nll)
+        results[f"{key}_batch_size"] = batch_size
 
     report(run, results, args, f"eval_{run.path.stem}.json")
     return 0
@@ -152,10 +159,10 @@ def report(run, results: dict, args, file_name: str) -> None:
 def evaluate_with_method(run, args) -> int:
     """Validation and test perplexity with the neural cache or dynamic evaluation."""
     settings = method_settings(args, run.config.data.dataset)
-    for split in ("valid", "test"):
+    for split in RESULT_KEY:
         run.corpus.check_batchable(split, 1, "batch size")
     device = next(run.model.parameters()).device
-    splits = {"val": batchify(run.corpus.valid, 1, device), "test": batchify(run.corpus.test, 1, device)}
+    splits = {split: batchify(getattr(run.corpus, split), 1, device) for split in RESULT_KEY}
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
                "head": run.config.head_name, **run.weights(), "method": args.method}
 
@@ -164,17 +171,17 @@ def evaluate_with_method(run, args) -> int:
 
     if args.method == "cache":
         if args.cache_search:
-            with bar("search on valid", splits["val"].size(0) - 1) as progress:
-                settings, grid = cache.search(run.model, splits["val"], settings.window, settings.bptt,
+            with bar("search on valid", splits["valid"].size(0) - 1) as progress:
+                settings, grid = cache.search(run.model, splits["valid"], settings.window, settings.bptt,
                                               progress=progress, start=settings.start)
             print(describe_search(grid))
             print(f"best: theta {settings.theta:g}, lambda {settings.lam:g} "
                   f"(valid ppl {perplexity(grid.min().item()):.2f})")
             results["search"] = {"thetas": list(cache.SEARCH_THETAS), "lambdas": list(cache.SEARCH_LAMBDAS),
                                  "val_ppl": perplexity_grid(grid)}
-        for name, source in splits.items():
-            with bar(name, source.size(0) - 1) as progress:
-                results[f"{name}_loss"] = cache.cache_nll(run.model, source, settings, progress)
+        for split, source in splits.items():
+            with bar(split, source.size(0) - 1) as progress:
+                results[f"{RESULT_KEY[split]}_loss"] = cache.cache_nll(run.model, source, settings, progress)
     else:
         run.corpus.check_batchable("train", settings.ms_batch_size, "--dynamic-ms-batch-size")
         steps = dynamic.training_batches(run.corpus.train, settings)
@@ -182,14 +189,14 @@ def evaluate_with_method(run, args) -> int:
             statistics = dynamic.gradient_statistics(run.model, run.corpus.train, settings, progress)
         evaluator = dynamic.DynamicEvaluator(run.model, statistics, settings)
         results["paper_units"] = dynamic.paper_units(settings, statistics)
-        for name, source in splits.items():
-            with bar(name, source.size(0) - 1) as progress:
-                results[f"{name}_loss"] = evaluator.nll(source, progress)
+        for split, source in splits.items():
+            with bar(split, source.size(0) - 1) as progress:
+                results[f"{RESULT_KEY[split]}_loss"] = evaluator.nll(source, progress)
         evaluator.reset()
     results["settings"] = dataclasses.asdict(settings)
-    for name in splits:
-        results[f"{name}_ppl"] = perplexity(results[f"{name}_loss"])
-        results[f"{name}_batch_size"] = 1
+    for key in RESULT_KEY.values():
+        results[f"{key}_ppl"] = perplexity(results[f"{key}_loss"])
+        results[f"{key}_batch_size"] = 1
     report(run, results, args, f"eval_{run.path.stem}_{args.method}.json")
     return 0
 
