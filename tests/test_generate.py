@@ -54,16 +54,15 @@ def test_the_text_goes_to_out_too(tiny_run, tmp_path, capsys):
     assert capsys.readouterr().out.rstrip("\n") == out.read_text().rstrip(" ").rstrip("\n")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--words", "0"], "--words: expected an integer >= 1, got 0"),
-    (["--temperature", "0"], "--temperature: expected a number > 0, got 0.0"),
-    (["--temperature", "-1"], "--temperature: expected a number > 0, got -1.0"),
-    (["--temperature", "nan"], "--temperature: expected a number > 0, got nan"),
-    (["--temperature", "inf"], "--temperature: expected a number > 0, got inf"),
-    (["--device", "tpu"], "--device"),
-])
-def test_bad_input_is_one_line_and_exit_2(argv, message, tiny_run, capsys):
-    assert generate.main([str(tiny_run), *argv]) == 2
+BAD_TEMPERATURES = {"0": "0.0", "-1": "-1.0", "nan": "nan", "inf": "inf"}
+BAD_INPUT = [("--words 0", "--words: expected an integer >= 1, got 0"), ("--device tpu", "--device")] + [
+    (f"--temperature {given}", f"--temperature: expected a number > 0, got {shown}")
+    for given, shown in BAD_TEMPERATURES.items()]
+
+
+@pytest.mark.parametrize("options, message", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(options, message, tiny_run, capsys):
+    assert generate.main([str(tiny_run), *options.split()]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and message in err, err
 
