@@ -185,9 +185,12 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
         members = [run for run in runs if run.experiment is experiment]
         scores = [validation_ppl(run) for run in members]
         if None in scores:
-            left = sum(score is None for score in scores)
+            unready = [run for run, score in zip(members, scores) if score is None]
+            stale = [run.name for run in unready if is_finished(run) and (run.dir / "eval_best.json").is_file()]
+            note = (f" ({', '.join(stale)}: eval_best.json is older than best.pt; run evaluate.py "
+                    f"again)") if stale else ""
             waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: "
-                           f"waits for {left} of them to be trained and evaluated")
+                           f"waits for {len(unready)} of them to be trained and evaluated{note}")
             continue
         best = min(zip(scores, (run.index for run in members), members))[2]
         overrides = experiment.finetune_best.overrides

@@ -10,6 +10,7 @@ their main(), which parse exactly the argv the sweep would give the scripts).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -257,6 +258,13 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     assert printed.strip().splitlines()[-1] == "# 1 finetuning run planned"
     assert sweep.main([*argv, "--finetune-only"]) == 0
     assert [Path(c[1]).name for c in calls] == ["evaluate.py"] and "--cache" in calls[0]
+    # an evaluation older than its best.pt (files copied without their times, say) is named
+    evaluated = out / "ptb-softmax-seed2" / "eval_best.json"
+    os.utime(evaluated, (evaluated.stat().st_mtime - 60,) * 2)
+    capsys.readouterr()
+    assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
+    assert ("waits for 1 of them to be trained and evaluated (ptb-softmax-seed2: eval_best.json is "
+            "older than best.pt; run evaluate.py again)") in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sweep.main(["configs/ptb/softmax.yaml", "--finetune-only", "--out", "x"])
     assert "--finetune-only runs a plan's finetune_best stage" in capsys.readouterr().err
