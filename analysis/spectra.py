@@ -51,11 +51,17 @@ def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], l
         for kind in kinds:
             values = load_spectrum(run_dir / SPECTRUM_FILES[kind])
             if values is not None:
-                label = run_dir.name + ("" if kind == "log P" else f" {kind}")
+                label = run_dir.name + ("" if kind == "log P" else f" {kind}")   # see run_label
                 curves.append((label, values, kind != "log P"))
             elif kind == "log P":     # heads without transformed logits have no f(l) file
                 missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} (run python rank.py {run_dir})")
     return curves, missing
+
+
+def run_label(label: str) -> str:
+    """The run a curve's label names (without the " f(l)" of its transformed-logit curve)."""
+    suffix = " f(l)"
+    return label[:-len(suffix)] if label.endswith(suffix) else label
 
 
 def plot_spectra(curves: Sequence[Curve], path: Path,
@@ -64,12 +70,16 @@ def plot_spectra(curves: Sequence[Curve], path: Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # One colour per run: its log P (solid) and f(l) (dashed) curves share it.
+    runs = list(dict.fromkeys(run_label(label) for label, _, _ in curves))
+    palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     for label, values, dashed in curves:
-        style = "--" if dashed else "-"
-        left.plot(np.arange(values.size), values, style, label=label, linewidth=1)
+        style = dict(linestyle="--" if dashed else "-", color=palette(runs.index(run_label(label)) % palette.N),
+                     label=label, linewidth=1)
+        left.plot(np.arange(values.size), values, **style)
         shown = normalise(values)[:first]
-        right.plot(np.arange(shown.size), shown, style, label=label, linewidth=1)
+        right.plot(np.arange(shown.size), shown, **style)
     left.set_yscale("log")
     left.set(xlabel="index (linear scale)", ylabel="singular value (log scale)")
     right.set(xlabel="index (linear scale)", ylabel="singular value (normalised, linear scale)",

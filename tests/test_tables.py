@@ -212,3 +212,24 @@ def test_rank_plot_and_report_spectra_draw_through_one_function(tmp_path, monkey
     assert report.main(["spectra", *runs]) == 0
     assert len(calls) == 2 and calls[0] == calls[1]
     assert calls[0][1] == root.resolve() / "spectra.png"
+
+
+def test_spectra_draw_a_runs_log_p_and_f_l_curves_in_one_colour(tmp_path, monkeypatch):
+    """Eleven curves from seven runs (more than one colour cycle): each run keeps one colour,
+    solid for log P and dashed for f(l), and no two runs share one."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from analysis.spectra import plot_spectra
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, dpi=None: seen.append(
+        [(line.get_label(), line.get_color(), line.get_linestyle()) for line in fig.axes[0].get_lines()]))
+    values = np.linspace(10.0, 1.0, 20)
+    curves = [(f"run{i}{suffix}", values, bool(suffix)) for i in range(7)
+              for suffix in (("", " f(l)") if i < 4 else ("",))]
+    plot_spectra(curves, tmp_path / "s.png")
+    lines = seen[0]
+    colour = {label: c for label, c, _ in lines}
+    assert [colour[f"run{i} f(l)"] == colour[f"run{i}"] for i in range(4)] == [True] * 4
+    assert len({colour[f"run{i}"] for i in range(7)}) == 7
+    assert {label: style for label, _, style in lines}["run2 f(l)"] == "--"
