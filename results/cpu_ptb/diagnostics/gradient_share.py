@@ -2,6 +2,10 @@
 gradient that reaches the LSTM layers over the first SGD steps, Softmax against MoC and MoS.
 
     AWD_DATA_DIR=../shared/data python results/cpu_ptb/diagnostics/gradient_share.py > gradient_share.txt
+    AWD_DATA_DIR=../shared/data python results/cpu_ptb/diagnostics/gradient_share.py softmax:16 plif:16 plif:32 \
+        > gradient_share_plif.txt
+
+HEAD:D arguments choose the heads and d (emsize = nhidlast); without them Softmax, MoC, MoS at d = 32.
 
 A one-off measurement, not part of the package: the miniature configs, seed 1, plain SGD at
 lr 20 with [SB]'s weight decay and clipping at 0.25, loss = cross-entropy only (no AR/TAR), the
@@ -22,8 +26,10 @@ from model import build_model                                   # noqa: E402
 STEPS, EVERY = 160, 20
 torch.set_num_threads(1)
 corpus = load_corpus("ptb", os.environ.get("AWD_DATA_DIR"))
-for head in ("softmax", "moc", "mos"):
-    config = load_config(Path(__file__).resolve().parents[3] / f"configs/ptb_mini/{head}.yaml")
+for choice in sys.argv[1:] or ["softmax:32", "moc:32", "mos:32"]:
+    head, d = choice.split(":")
+    config = load_config(Path(__file__).resolve().parents[3] / f"configs/ptb_mini/{head}.yaml",
+                         [f"model.emsize={d}"])
     torch.manual_seed(config.train.seed)
     model = build_model(config, corpus.vocab_size).train()
     train = batchify(corpus.train, config.train.batch_size)
@@ -42,7 +48,7 @@ for head in ("softmax", "moc", "mos"):
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.clip)
         if step % EVERY == 0:
             spread = out.last_raw_output.std(dim=(0, 1)).mean()
-            print(f"{head:8s} step {step:4d}  loss {loss.item():.3f}  gradient norm {total:.3f}"
+            print(f"{head:8s} d {d:>3s} step {step:4d}  loss {loss.item():.3f}  gradient norm {total:.3f}"
                   f"  LSTM share {lstm / total:.3f}  last-layer output std over positions {spread:.4f}",
                   flush=True)
         sgd.step()
