@@ -37,15 +37,19 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
         xs = [v for v in values if (head, v) in points]
         left.plot(xs, [points[head, v][0][0] for v in xs], marker="o", label=head_label(head))
         right.plot(xs, [points[head, v][1][0] for v in xs], marker="o", label=head_label(head))
-    if key == "model.emsize":
-        right.plot(values, [v + 2 for v in values], color="grey", linestyle=":", label="d + 2")
+    if key == "model.emsize":      # wide and pale, so that it shows under a line that follows it
+        right.plot(values, [v + 2 for v in values], color="grey", alpha=0.35, linewidth=7,
+                    zorder=0, label="d + 2")
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
         ax.set_xlabel(key)
-    left.set(ylabel="test perplexity", title="Test perplexity")
-    right.set_yscale("log")
-    plain_log_ticks(right.yaxis)
+    # Log scales: log perplexity is the cross-entropy, and a run that failed (a unigram-level
+    # perplexity) does not flatten the others.
+    for ax in (left, right):
+        ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
+    left.set(ylabel="test perplexity (log scale)", title="Test perplexity")
     right.set(ylabel="Press rank of the test log-P matrix (log scale)", title="Press rank")
     right.legend(fontsize="small")
     save(fig, prefixed(out_prefix, ".png"))
