@@ -1,5 +1,6 @@
 """Why MoC did not learn in the miniature (README "Results on a CPU"): the share of the clipped
-gradient that reaches the LSTM layers over the first SGD steps, Softmax against MoC and MoS.
+gradient that reaches the LSTM layers over the first SGD steps, Softmax against MoC and MoS
+(or, with HEAD:D arguments, any miniature head at any d).
 
     AWD_DATA_DIR=../shared/data python results/cpu_ptb/diagnostics/gradient_share.py > gradient_share.txt
     AWD_DATA_DIR=../shared/data python results/cpu_ptb/diagnostics/gradient_share.py softmax:16 plif:16 plif:32 \
