@@ -26,7 +26,7 @@ for run in sorted(root.glob("ptb-*")):
     if not (run / "best.pt").is_file() or not (run / "eval_best.json").is_file():
         continue
     trained = load_trained(run, torch.device("cpu"))
-    model, config = trained.model, trained.config
+    model = trained.model
     text = batchify(trained.corpus.valid, 10)[:700]
     with torch.no_grad():
         out = model(text, model.init_hidden(10))
