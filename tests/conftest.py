@@ -129,11 +129,18 @@ def head_overrides(name: str) -> list[str]:
     return overrides + ([] if head.requires_nhidlast_equal_emsize else ["model.nhidlast=12"])
 
 
-def readme_blocks(section: str, languages: str) -> list[tuple[str, str]]:
-    """(first line, code) of each fenced block in README's section `section`, for blocks of the
-    given languages (a regex alternation, e.g. "python|yaml"): what a recipe says to write."""
+def doc_section(page: str, section: str) -> str:
+    """The text of the section `## {section}` of a Markdown page of the repository (README.md or a
+    guide in docs/, `page` relative to the repository root), up to the next `## ` heading."""
+    text = (REPO_ROOT / page).read_text(encoding="utf-8")
+    assert f"\n## {section}\n" in text, f'{page} has no section "## {section}"'
+    return text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def doc_blocks(page: str, section: str, languages: str) -> list[tuple[str, str]]:
+    """(first line, code) of each fenced block in the section `section` of the page `page` (e.g.
+    "docs/heads.md", "Adding a head"), for blocks of the given languages (a regex alternation,
+    e.g. "python|yaml"): what a recipe says to write."""
     import re
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    body = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(rf"```(?:{languages})\n(.*?)```", body, re.S)
+    blocks = re.findall(rf"```(?:{languages})\n(.*?)```", doc_section(page, section), re.S)
     return [(block.splitlines()[0], block) for block in blocks]

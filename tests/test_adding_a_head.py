@@ -1,6 +1,6 @@
-"""README's "Adding a head" recipe, followed to the letter in a copy of the repository: the new
-head's file, its import and entry in the registry and its two configs are taken from the README's
-code blocks, and nothing else is edited. The generic head tests, the config tests and the training
+"""The "Adding a head" recipe (docs/heads.md), followed to the letter in a copy of the repository:
+the new head's file, its import and entry in the registry and its two configs are taken from the
+recipe's code blocks, and nothing else is edited. The generic head tests, the config tests and the training
 test then pick the head up, `train.py --dry-run` resolves it, sweep.py (what the row scripts run)
 plans it, a 3-step training run trains it and synthetic.py fits it."""
 from __future__ import annotations
@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import readme_blocks
+from tests.conftest import doc_blocks
 
 REPO = Path(__file__).resolve().parent.parent
-NAME = "temperature"                      # the README's example head
+NAME = "temperature"                      # the recipe's example head
+PAGE = "docs/heads.md"                    # where the recipe is
 
 
 def recipe() -> list[tuple[str, str]]:
-    """(first line, code) of each fenced block in README's "Adding a head" section."""
-    return readme_blocks("Adding a head", "python|yaml")
+    """(first line, code) of each fenced block in the "Adding a head" section of docs/heads.md."""
+    return doc_blocks(PAGE, "Adding a head", "python|yaml")
 
 
 def follow_recipe(root: Path) -> None:

@@ -1,7 +1,9 @@
-"""The repository's own results (README "Results on a CPU") are what the plans' reports make of
-the committed runs: `sweep.py PLAN --report` over a copy of results/cpu_ptb/ rewrites every
-committed report table unchanged, and every table and figure the README section shows is one of
-those reports. A report regenerated without the README, or a README number edited by hand, fails."""
+"""The repository's own results (docs/results_cpu.md, and their headline on README.md's front page)
+are what the plans' reports make of the committed runs: `sweep.py PLAN --report` over a copy of
+results/cpu_ptb/ rewrites every committed report table unchanged, every table and figure the
+results page shows is one of those reports, and so are the README's headline table and figure;
+the README's summary against [SB] quotes numbers that the results page and docs/published.md
+hold. A report regenerated without the pages, or a number on them edited by hand, fails."""
 from __future__ import annotations
 
 import re
@@ -12,15 +14,42 @@ import pytest
 
 import sweep
 from launch.plans import load_plan
+from tests.conftest import doc_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "cpu_ptb"
 PLANS = ["sweeps/cpu_seven_heads.yaml", "sweeps/cpu_d_sweep.yaml"]
+RESULTS_PAGE = REPO / "docs" / "results_cpu.md"
+
+
+def results_page() -> str:
+    return RESULTS_PAGE.read_text(encoding="utf-8")
 
 
 def readme_section() -> str:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    return readme.split("\n## Results on a CPU\n", 1)[1].split("\n## ", 1)[0]
+    """The README's headline results: its section "Results on a CPU"."""
+    return doc_section("README.md", "Results on a CPU")
+
+
+def report_table(name: str) -> str:
+    return "\n".join(table_lines((RESULTS / "report" / name).read_text(encoding="utf-8")))
+
+
+def tables(markdown: str) -> list[str]:
+    """Every Markdown table of a page, its lines joined."""
+    blocks, current = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current))
+            current = []
+    return blocks
+
+
+def figures(markdown: str, page: Path) -> list[Path]:
+    """The images a page shows, resolved from the page's folder."""
+    return [(page.parent / f).resolve() for f in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)]
 
 
 def table_lines(markdown: str) -> list[str]:
@@ -51,13 +80,47 @@ def test_a_committed_report_is_what_the_runs_give(report, regenerated):
     assert (regenerated / report.name).read_text(encoding="utf-8") == report.read_text(encoding="utf-8")
 
 
-def test_the_readme_shows_the_reports_tables_and_figures():
-    section = readme_section()
+def test_the_results_page_shows_the_reports_tables_and_figures():
+    page = results_page()
     for name in ("seven_heads.md", "methods.md", "d_sweep.md"):
-        table = "\n".join(table_lines((RESULTS / "report" / name).read_text(encoding="utf-8")))
-        assert table and f"\n{table}\n" in section, \
-            f"README's Results on a CPU does not show {name}'s table as the report wrote it"
-    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
-    assert {Path(f).name for f in figures} >= {"curves.png", "spectra.png", "d_sweep.png"}
-    for figure in figures:
-        assert (REPO / figure).is_file() and figure.startswith("results/cpu_ptb/report/"), figure
+        table = report_table(name)
+        assert table and f"\n{table}\n" in page, \
+            f"docs/results_cpu.md does not show {name}'s table as the report wrote it"
+    shown = figures(page, RESULTS_PAGE)
+    assert {f.name for f in shown} >= {"curves.png", "spectra.png", "d_sweep.png"}
+    for figure in shown:
+        assert figure.is_file() and figure.parent == RESULTS / "report", figure
+
+
+def test_the_readme_headline_is_the_reports_table_and_figure():
+    section = readme_section()
+    table = report_table("seven_heads.md")
+    assert table and f"\n{table}\n" in section, \
+        "README's Results on a CPU does not show seven_heads.md's table as the report wrote it"
+    measured = [t for t in tables(section) if t.startswith("| Model |")]
+    assert measured == [table], "a table of measured results on the README that no report wrote"
+    note = next(line for line in (RESULTS / "report" / "seven_heads.md").read_text(encoding="utf-8")
+                .splitlines() if line.startswith("Mean ± "))
+    assert f"\n{note}\n" in section, "README's note under the table is not the report's"
+    shown = figures(section, REPO / "README.md")
+    assert "d_sweep.png" in {f.name for f in shown}
+    for figure in shown:
+        assert figure.is_file() and figure.parent == RESULTS / "report", figure
+
+
+def numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in re.findall(r"\d[\d,]*(?:\.\d+)?", text)}
+
+
+def test_the_readme_summary_against_sb_quotes_the_results_and_published_pages():
+    """Each row of the README's table against [SB]: the left cell's numbers are on
+    docs/published.md, the right cell's on docs/results_cpu.md."""
+    rows = [line for t in tables(readme_section()) if t.startswith("| [SB] |")
+            for line in t.splitlines()[2:]]
+    assert len(rows) >= 4
+    published = numbers((REPO / "docs" / "published.md").read_text(encoding="utf-8"))
+    measured = numbers(results_page())
+    for row in rows:
+        sb, here = row.strip("|").split("|")
+        assert numbers(sb) <= published, (row, numbers(sb) - published)
+        assert numbers(here) <= measured, (row, numbers(here) - measured)

@@ -1,6 +1,6 @@
 """The experiment plans of sweeps/ (one per table or figure of [SB]): every plan loads, plans the
-runs the README says, and runs end to end on tiny models with its reports; the plan file format
-refuses what it does not know in one line.
+runs its table of plans says (docs/sweeps.md, docs/results_cpu.md), and runs end to end on tiny
+models with its reports; the plan file format refuses what it does not know in one line.
 
 The end-to-end runs make each plan small with the sweep's own options (--seeds, --limit and
 key=value overrides for a tiny model on slices of PTB and WikiText-2) and run train.py,
@@ -25,7 +25,7 @@ import sweep
 import train
 from launch import LaunchError, runs as launch_runs
 from launch.plans import is_plan, load_plan
-from tests.conftest import TINY, copy_first_lines
+from tests.conftest import TINY, copy_first_lines, doc_section
 
 PLANS = sorted(Path("sweeps").glob("*.yaml"))
 TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become investment-grade "
@@ -33,12 +33,13 @@ TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become 
                 "ended oct. N up N N from the preceding week 's total of N")
 
 
-def readme_plan_rows() -> dict[str, int]:
-    """plan file -> number of runs, from README's tables of plans ("Reproducing the paper" and
-    "Results on a CPU")."""
-    readme = Path("README.md").read_text(encoding="utf-8")
-    sections = [readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-                for title in ("Reproducing the paper", "Results on a CPU")]
+TABLES_OF_PLANS = [("docs/sweeps.md", "Reproducing the paper"),          # [SB]'s plans
+                   ("docs/results_cpu.md", "The miniature and its plans")]  # the CPU plans
+
+
+def plan_rows() -> dict[str, int]:
+    """plan file -> number of runs, from the tables of plans (TABLES_OF_PLANS: page, section)."""
+    sections = [doc_section(page, title) for page, title in TABLES_OF_PLANS]
     rows = {}
     for line in "\n".join(sections).splitlines():
         match = re.match(r"\|[^|]*\| `python sweep.py (sweeps/\S+\.yaml)` \| ([\d,]+) \|", line)
@@ -47,8 +48,8 @@ def readme_plan_rows() -> dict[str, int]:
     return rows
 
 
-def test_every_plan_is_in_the_readme_with_its_number_of_runs(capsys):
-    rows = readme_plan_rows()
+def test_every_plan_is_in_the_tables_of_plans_with_its_number_of_runs(capsys):
+    rows = plan_rows()
     assert sorted(rows) == [str(p) for p in PLANS]
     for plan in PLANS:
         assert sweep.main([str(plan), "--dry-run"]) == 0

@@ -1,4 +1,4 @@
-"""Did the LSTM body learn? (README "Results on a CPU"): for every trained run, how much the last
+"""Did the LSTM body learn? (docs/results_cpu.md): for every trained run, how much the last
 LSTM layer's output varies over positions of the validation text. A body that never trained
 gives every context nearly the same output, and the head the same distribution: the unigram
 level of perplexity (MoC at d = 32, LMS-PLIF at d = 16).

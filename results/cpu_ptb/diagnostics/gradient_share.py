@@ -1,4 +1,4 @@
-"""Why MoC did not learn in the miniature (README "Results on a CPU"): the share of the clipped
+"""Why MoC did not learn in the miniature (docs/results_cpu.md): the share of the clipped
 gradient that reaches the LSTM layers over the first SGD steps, Softmax against MoC and MoS
 (or, with HEAD:D arguments, any miniature head at any d).
 

@@ -1,4 +1,4 @@
-"""How far LMS-PLIF's learnt slopes moved in the miniature (README "Results on a CPU"): the
+"""How far LMS-PLIF's learnt slopes moved in the miniature (docs/results_cpu.md): the
 run's best.pt against the slopes it started from, rebuilt by seeding and building the model
 as train.py does (checked on the frozen-PLIF run, whose slopes never move: difference 0).
 

@@ -1,0 +1,175 @@
+"""The pages (README.md and the guides docs/*.md) point at what exists: every relative link and
+image resolves to a file of the repository, with its `#anchor` a heading of the target page, and
+every repository path they name in code (`model/heads/mos.py`, `python sweep.py sweeps/x.yaml`)
+exists. Examples of what a reader is asked to create are allowed by name, below, with the reason."""
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+# Paths the pages name that are not in the repository on purpose, each with its reason.
+NOT_IN_THE_REPOSITORY = {
+    "model/heads/temperature.py": 'the example head of "Adding a head" (docs/heads.md), written by the reader',
+    "configs/ptb/temperature.yaml": 'the example head\'s PTB config, "Adding a head"',
+    "configs/wt2/temperature.yaml": 'the example head\'s WikiText-2 config, "Adding a head"',
+    "sweeps/cpu_d8.yaml": 'the example plan of "Adding an experiment" (docs/sweeps.md), written by the reader',
+    "results/cpu_d8": "the folder the example plan's runs go to",
+    "data/word-sim/": "a folder of Faruqui's eval-word-vectors repository, not of this one",
+    "pointer.py": "the AWD-LSTM repository's neural cache, cited, not part of this repository",
+    "dynamiceval.py": "the MoS repository's dynamic evaluation, cited, not part of this repository",
+}
+
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(([^()\s]+)\)")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+PATH_TOKEN = re.compile(r"[\w.{},/+-]+")
+
+
+def rel(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
+
+
+def prose(text: str) -> str:
+    """The page without its fenced code blocks and inline code spans."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())     # a link keeps its text
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings (outside code blocks), duplicates numbered as GitHub does."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def links(page: Path) -> list[str]:
+    return LINK.findall(prose(page.read_text(encoding="utf-8")))
+
+
+def broken_link(page: Path, target: str) -> str | None:
+    """Why `target`, a link of `page`, does not resolve; None when it does (or is not relative)."""
+    if re.match(r"[a-z][a-z0-9+.-]*:", target):          # https:, mailto: ...
+        return None
+    path, _, anchor = target.partition("#")
+    dest = (page.parent / path).resolve() if path else page
+    if not dest.exists():
+        return f"{rel(page)}: {target}: no file {path}"
+    if REPO not in dest.parents and dest != REPO:
+        return f"{rel(page)}: {target}: outside the repository"
+    if anchor:
+        if dest.suffix != ".md":
+            return f"{rel(page)}: {target}: an anchor into a file that is not a page"
+        if anchor not in anchors(dest):
+            return f"{rel(page)}: {target}: {rel(dest)} has no heading #{anchor}"
+    return None
+
+
+def expand_braces(token: str) -> list[str]:
+    """configs/{ptb,wt2}/x.yaml -> configs/ptb/x.yaml, configs/wt2/x.yaml (braces with a comma)."""
+    parts = re.split(r"(\{[^{}]*,[^{}]*\})", token)
+    options = [p[1:-1].split(",") if p.startswith("{") and "," in p else [p] for p in parts]
+    return ["".join(choice) for choice in itertools.product(*options)]
+
+
+def tracked_top_level() -> set[str]:
+    """The first components of the repository's files (git's, or the folder's without git)."""
+    try:
+        files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                               check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        files = [p.relative_to(REPO).as_posix() for p in REPO.iterdir()]
+    return {f.split("/")[0] for f in files}
+
+
+def named_paths(page: Path, top: set[str]) -> list[str]:
+    """Repository paths a page names in code (inline spans and fenced blocks): tokens whose first
+    component is a top-level file or folder of the repository (so `runs/...`, `RUN_DIR/.lock`,
+    `ptb/` under $AWD_DATA_DIR and other paths that are not the repository's are left out), and
+    bare `*.py` names. Tokens with placeholders (`<head>`, `$OUT`, `...`) are left out."""
+    text = page.read_text(encoding="utf-8")
+    code = CODE_SPAN.findall(FENCE.sub("", text)) + [m.group(0) for m in FENCE.finditer(text)]
+    out = []
+    for token in (t for chunk in code for t in chunk.split()):
+        token = token.strip("()[],;:'\"").rstrip(".")
+        if not PATH_TOKEN.fullmatch(token) or "..." in token or token.startswith("/"):
+            continue
+        first = token.split("/")[0]
+        if ("/" in token and first in top) or ("/" not in token and token.endswith(".py")):
+            out.extend(expand_braces(token))
+    return out
+
+
+def path_exists(name: str) -> bool:
+    if "/" in name:
+        return (REPO / name).exists()
+    return (REPO / name).exists() or any(REPO.glob(f"*/**/{name}"))   # e.g. bench_step.py
+
+
+def test_the_pages_are_the_readme_and_the_guides():
+    names = {rel(p) for p in PAGES}
+    assert {"README.md", "docs/reference.md", "docs/published.md", "docs/training.md",
+            "docs/results_cpu.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_relative_link_and_image_resolves(page):
+    found = links(page)
+    problems = [p for p in (broken_link(page, t) for t in found) if p]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_repository_path_named_in_code_exists(page):
+    top = tracked_top_level()
+    missing = sorted({p for p in named_paths(page, top)
+                      if p not in NOT_IN_THE_REPOSITORY and not path_exists(p)})
+    assert not missing, f"{rel(page)} names paths that do not exist: {missing}"
+
+
+def test_the_allowed_paths_are_named_and_still_absent():
+    """Each allowed path is still named by a page and still absent: a stale entry is removed."""
+    top = tracked_top_level()
+    named = {p for page in PAGES for p in named_paths(page, top)}
+    for path, reason in NOT_IN_THE_REPOSITORY.items():
+        assert path in named, f"{path} ({reason}) is no longer named by any page"
+        assert not path_exists(path), f"{path} exists now: remove it from NOT_IN_THE_REPOSITORY"
+
+
+def test_the_checks_catch_a_broken_link_anchor_and_path(tmp_path, monkeypatch):
+    """The checks themselves: a missing file, a missing heading and a missing path are reported."""
+    page = REPO / "docs" / "training.md"
+    assert broken_link(page, "configs.md") is None
+    assert broken_link(page, "gpus.md#multiple-gpus") is None
+    assert broken_link(page, "../README.md#references") is None
+    assert "no file" in broken_link(page, "configz.md")
+    assert "no heading" in broken_link(page, "gpus.md#several-gpus")
+    assert "no heading" in broken_link(page, "#no-such-section")
+    assert slug("Many runs: sweep.py and experiment plans") == "many-runs-sweeppy-and-experiment-plans"
+    assert slug("Reading against [SB] and [LMS]") == "reading-against-sb-and-lms"
+    fake = tmp_path / "page.md"
+    fake.write_text("See `model/heads/nothing.py` and `train.py`, `runs/x/best.pt`, `RUN_DIR/.lock`.\n"
+                    "```bash\npython benchmarks/bench_nothing.py configs/{ptb,wt2}/softmax.yaml\n```\n"
+                    "[a](docs/nowhere.md) ![b](results/cpu_ptb/report/curves.png)\n", encoding="utf-8")
+    named = named_paths(fake, tracked_top_level())
+    assert named == ["model/heads/nothing.py", "train.py", "benchmarks/bench_nothing.py",
+                     "configs/ptb/softmax.yaml", "configs/wt2/softmax.yaml"]
+    assert [p for p in named if not path_exists(p)] == ["model/heads/nothing.py",
+                                                        "benchmarks/bench_nothing.py"]
+    assert links(fake) == ["docs/nowhere.md", "results/cpu_ptb/report/curves.png"]
