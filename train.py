@@ -42,13 +42,13 @@ from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer
 from experiment.config import Config
 from experiment.distributed import DistributedError, World, exit_process
-from evaluation.loop import evaluate_nll, perplexity
+from evaluation.loop import evaluate_nll
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, epoch_record,
                                  keep_epochs)
 from experiment.run_directory import RunDirectoryError, write_text_atomic
-from experiment.training_run import (PreparedRun, RunRefused, StopSignals, lost_process_message,
-                                     non_finite_message, on_every_rank, parse_args, prepare_run,
-                                     report_start, signal_stop_message)
+from experiment.training_run import (PreparedRun, RunRefused, StopSignals, finish_message,
+                                     lost_process_message, non_finite_message, on_every_rank,
+                                     parse_args, prepare_run, report_start, signal_stop_message)
 from model import count_parameters
 
 
@@ -330,9 +330,7 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
     finally:
         trainer.run_log.close()
     if world.is_main:
-        best = (f"best valid ppl {perplexity(trainer.progress.best_val):.2f}" if trainer.progress.val_history
-                else "not validated yet")
-        print(f"done: {trainer.progress.step} steps, {best}; evaluate with python evaluate.py {run_dir}")
+        print(finish_message(trainer.progress, config, run_dir, world))
     return 0
 
 

@@ -11,6 +11,8 @@ exactly (optimizer, progress, every process's random numbers and hidden states).
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
@@ -32,6 +34,10 @@ def save_atomic(obj: dict, path: str | Path) -> None:
     write_atomic(path, lambda f: torch.save(obj, f))
 
 
+EXPECTED = "expected the best.pt or last.pt of a run directory"
+ZIP_MAGIC = b"PK\x03\x04"      # torch.save writes a zip archive
+
+
 def load(path: str | Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
@@ -39,11 +45,36 @@ def load(path: str | Path, map_location="cpu") -> dict:
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for truncated or foreign files
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint ({first_line[:200]})") from None
+        raise CheckpointError(f"{path}: {unreadable_reason(path, e)}") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a checkpoint of this repository (expected format {FORMAT})")
+        raise CheckpointError(f"{path}: a PyTorch file, but not a checkpoint saved by train.py "
+                              f"(no format {FORMAT!r} in it); {EXPECTED}")
     return ckpt
+
+
+def unreadable_reason(path: Path, error: Exception) -> str:
+    """Why torch.load failed on `path`, in words. What torch says is kept only where it can
+    mean something: for a text file or any other foreign file it is whatever the unpickler
+    tripped over first ("pop from empty list", "KeyError: 101"), so the file's kind is said
+    instead."""
+    with open(path, "rb") as f:
+        start = f.read(len(ZIP_MAGIC))
+    if not start:
+        return f"an empty file, not a checkpoint saved by train.py; {EXPECTED}"
+    if start != ZIP_MAGIC:
+        return f"not a PyTorch checkpoint saved by train.py; {EXPECTED}"
+    if not zipfile.is_zipfile(path):
+        return ("a truncated or damaged PyTorch file (its zip archive is incomplete; train.py "
+                "writes whole files only: was it cut short while being copied?)")
+    with zipfile.ZipFile(path) as archive:
+        if not any(name.endswith("data.pkl") for name in archive.namelist()):
+            return f"a zip archive, not a PyTorch checkpoint saved by train.py; {EXPECTED}"
+    if isinstance(error, pickle.UnpicklingError):
+        # torch.load(weights_only=True) refuses pickled objects other than tensors and plain data
+        return (f"a PyTorch file holding objects other than tensors and plain data, not a "
+                f"checkpoint saved by train.py; {EXPECTED}")
+    first_sentence = (str(error).strip().splitlines() or [type(error).__name__])[0].split(". ")[0]
+    return f"a damaged PyTorch file ({first_sentence[:200]})"
 
 
 def resolve_checkpoint_path(path: str | Path, name: str = "best.pt") -> Path:
@@ -66,11 +97,17 @@ def optimizer_tensors(ckpt: dict) -> dict:
 
 
 def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
-    """resolve_checkpoint_path, and a CheckpointError when there is no such file."""
+    """resolve_checkpoint_path, and a CheckpointError when there is no such file; a run stopped
+    before its first validation (last.pt, no best.pt) is told apart from a missing checkpoint."""
     resolved = resolve_checkpoint_path(path, name)
-    if not resolved.is_file():
-        raise CheckpointError(f"{resolved}: checkpoint not found")
-    return resolved
+    if resolved.is_file():
+        return resolved
+    run_dir = Path(path)
+    if name == "best.pt" and run_dir.is_dir() and (run_dir / "last.pt").is_file():
+        raise CheckpointError(f"{run_dir}: the run has no validated model yet (train.py writes best.pt "
+                              f"when it first validates, at the end of epoch 1); "
+                              f"{run_dir / 'last.pt'}, the weights where training stands, can be given instead")
+    raise CheckpointError(f"{resolved}: checkpoint not found")
 
 
 def check_vocabulary(ckpt: dict, corpus, path) -> None:

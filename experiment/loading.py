@@ -129,7 +129,7 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
     ready to evaluate in IEEE float32."""
     set_float32_precision(False)
     keep_freed_host_memory()
-    ckpt_path = checkpoint.resolve_checkpoint_path(path, name)
+    ckpt_path = checkpoint.existing_checkpoint(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
     corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,

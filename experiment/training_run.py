@@ -10,7 +10,8 @@ process stops every process (`on_every_rank`), with one line from rank 0.
 While it trains: `StopSignals` turns SIGTERM / Ctrl-C into a stop after the current step. What
 rank 0 says when the run starts (`report_start`) and why it stopped (`non_finite_message`,
 `signal_stop_message`, `lost_process_message`), each stop naming the checkpoint it can be
-continued from (`describe_last_checkpoint`, `resume_command`).
+continued from (`describe_last_checkpoint`, `resume_command`), and what it says when training
+ends without an error (`finish_message`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from data import DataError, load_corpus
+from evaluation.loop import perplexity
 from model import build_model, count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError
@@ -88,6 +90,13 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
         return config, run_dir, ckpt
     if args.finetune:
         source = Path(args.finetune)
+        if not source.is_dir():
+            raise ConfigError(f"--finetune {source}: not a run directory (expected the folder of a "
+                              f"trained run, holding config.yaml and best.pt)")
+        if not (source / "best.pt").is_file():
+            raise CheckpointError(f"--finetune {source}: the run has no validated model yet (no "
+                                  f"best.pt, which finetuning starts from; train.py writes it at "
+                                  f"the end of epoch 1)")
         config = load_config(source / "config.yaml", finetune_overrides(source) + list(args.overrides))
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
@@ -244,9 +253,26 @@ def resume_command(run_dir: Path, world: World) -> str:
 
 
 def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
-    """What a run stopped by a signal says: where it saved and how to continue it."""
-    return (f"stopped by {signal.Signals(signum).name} at step {step}; saved {run_dir / 'last.pt'}; "
+    """Why a signal stopped the run, where it saved and how to continue it (train.py prints it
+    after "stopped: ")."""
+    return (f"{signal.Signals(signum).name} after step {step}; saved {run_dir / 'last.pt'}; "
             f"continue with {resume_command(run_dir, world)}")
+
+
+def finish_message(progress: TrainingProgress, config: Config, run_dir: Path, world: World) -> str:
+    """What rank 0 prints when training ends without an error: every epoch done, or stopped by
+    run.max_steps, which says whether best.pt exists yet and what can be done next."""
+    evaluate = f"evaluate with python evaluate.py {run_dir}"
+    best = f"best valid ppl {perplexity(progress.best_val):.2f}"
+    if progress.finished:
+        return f"done: {progress.step} steps, {best}; {evaluate}"
+    where = (f"stopped: run.max_steps={config.run.max_steps} reached (step {progress.step}, "
+             f"epoch {progress.epoch} of {config.train.epochs})")
+    resume = f"continue with {resume_command(run_dir, world)}"
+    if progress.val_history:
+        return f"{where}; {best}; {evaluate} (its best.pt), or {resume}"
+    return (f"{where}, before the first validation, so there is no best.pt yet; {resume}, or "
+            f"evaluate the weights where it stands with python evaluate.py {run_dir / 'last.pt'}")
 
 
 def describe_last_checkpoint(run_dir: Path) -> str:

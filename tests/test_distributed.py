@@ -180,7 +180,7 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(uninterrupted, sm
     procs[1].send_signal(signal.SIGTERM)
     (code0, _, err0), (code1, _, err1) = finish(procs)
     assert code0 == code1 == 128 + signal.SIGTERM, err0 + err1
-    assert err0.startswith("stopped: stopped by SIGTERM") and "--resume" in err0 and err1 == ""
+    assert err0.startswith("stopped: SIGTERM after step") and "--resume" in err0 and err1 == ""
     progress = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
     assert progress["step"] > 20 and progress["position"] > 0      # stopped within an epoch,
     assert len(progress["hidden"]) == 2                             # with a chunk's states per rank

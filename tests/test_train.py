@@ -304,7 +304,7 @@ def test_refusals(ptb_slice, tmp_path, tiny_overrides, capsys):
     # not a checkpoint at all
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     assert evaluate.main([str(tmp_path / "junk.pt")]) == 2
-    assert "not a readable checkpoint" in capsys.readouterr().err
+    assert f"{tmp_path / 'junk.pt'}: not a PyTorch checkpoint saved by train.py" in capsys.readouterr().err
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
@@ -391,7 +391,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly(ptb_slice, tmp_path, un
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "stopped by SIGTERM" in err and "--resume" in err
+    assert "stopped: SIGTERM after step" in err and "--resume" in err
     progress = torch.load(run_dir / "last.pt", weights_only=True)["progress"]
     assert progress["step"] > 0
     cli("train.py", "--resume", str(run_dir))

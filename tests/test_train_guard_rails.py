@@ -487,3 +487,121 @@ def test_report_checks_the_device_too(small, tmp_path, capsys):
     import report
     assert report.main(["top5", str(run_dir), "--positions", "3", "--device", "gpu"]) == 2
     assert "--device: expected auto, cpu, mps, cuda or cuda:N (N a GPU index), got 'gpu'" in one_line_error(capsys)
+
+
+# ---------------------------------------------------------------------- what the messages say
+
+@pytest.fixture(scope="module")
+def stopped_early(small_data, tmp_path_factory) -> Path:
+    """A run stopped by run.max_steps before its first validation: last.pt, no best.pt."""
+    run_dir = tmp_path_factory.mktemp("early") / "run"
+    assert train.main([PTB, f"data.data_dir={small_data}", *TINY, "run.max_steps=3",
+                       f"run.dir={run_dir}"]) == 0
+    return run_dir
+
+
+def not_a_checkpoint_files(folder: Path, stopped_early: Path) -> dict[str, tuple[Path, str]]:
+    """Files that are no checkpoint of train.py, each with what the message must say of it."""
+    folder.mkdir(exist_ok=True)
+    text, empty, truncated, listed = (folder / n for n in ("notes.txt", "empty.pt", "cut.pt", "list.pt"))
+    text.write_text("epoch 1 loss 2\n")      # torch's unpickler: "pop from empty list"
+    empty.write_bytes(b"")
+    whole = (stopped_early / "last.pt").read_bytes()
+    truncated.write_bytes(whole[: len(whole) // 2])
+    torch.save([1, 2], listed)
+    expected = "expected the best.pt or last.pt of a run directory"
+    return {"text": (text, f"{text}: not a PyTorch checkpoint saved by train.py; {expected}"),
+            "empty": (empty, f"{empty}: an empty file, not a checkpoint saved by train.py; {expected}"),
+            "truncated": (truncated, f"{truncated}: a truncated or damaged PyTorch file (its zip "
+                                     f"archive is incomplete"),
+            "another PyTorch file": (listed, f"{listed}: a PyTorch file, but not a checkpoint saved "
+                                             f"by train.py (no format 'awd-lstm-heads/1' in it); {expected}")}
+
+
+@pytest.mark.parametrize("kind", ["text", "empty", "truncated", "another PyTorch file"])
+def test_a_file_that_is_no_checkpoint_is_named_for_what_it_is(kind, stopped_early, tmp_path, capsys):
+    path, message = not_a_checkpoint_files(tmp_path, stopped_early)[kind]
+    assert evaluate.main([str(path), "--device", "cpu"]) == 2
+    err = one_line_error(capsys)
+    assert err == f"error: {message}" or err.startswith(f"error: {message}"), err
+    assert "pop from empty list" not in err and "readable" not in err
+
+
+def test_every_command_that_reads_a_checkpoint_says_a_text_file_is_none(small, stopped_early, tmp_path,
+                                                                         capsys):
+    import generate
+    text = tmp_path / "notes.txt"
+    text.write_text("epoch 1 loss 2\n")
+    message = f"{text}: not a PyTorch checkpoint saved by train.py"
+    resumed = tmp_path / "resumed"
+    shutil.copytree(stopped_early, resumed)
+    shutil.copy(text, resumed / "last.pt")
+    commands = {"evaluate.py": lambda: evaluate.main([str(text), "--device", "cpu"]),
+                "generate.py": lambda: generate.main([str(text)]),
+                "rank.py": lambda: rank.main([str(text), "--device", "cpu"]),
+                "train.init_from": lambda: train.main([PTB, *small, f"train.init_from={text}",
+                                                       f"run.dir={tmp_path / 'init'}"]),
+                "--resume": lambda: train.main(["--resume", str(resumed)])}
+    capsys.readouterr()
+    for name, command in commands.items():
+        assert command() == 2, name
+        err = one_line_error(capsys)
+        expected = message.replace(str(text), str(resumed / "last.pt")) if name == "--resume" else message
+        assert expected in err and "pop from empty list" not in err, (name, err)
+        assert err.startswith("error: train.init_from: ") == (name == "train.init_from"), err
+
+
+def test_a_run_stopped_before_its_first_validation_points_to_its_last_pt(stopped_early, tmp_path,
+                                                                         capsys):
+    import generate
+    run_dir = tmp_path / "run"
+    shutil.copytree(stopped_early, run_dir)
+    last = run_dir / "last.pt"
+    for name, command in (("evaluate.py", evaluate.main), ("generate.py", generate.main),
+                          ("rank.py", rank.main)):
+        extra = ["--words", "5"] if name == "generate.py" else ["--device", "cpu"]
+        assert command([str(run_dir), *extra]) == 2, name
+        err = one_line_error(capsys)
+        assert err == (f"error: {run_dir}: the run has no validated model yet (train.py writes "
+                       f"best.pt when it first validates, at the end of epoch 1); {last}, the "
+                       f"weights where training stands, can be given instead"), err
+        assert command([str(last), *extra]) == 0, name        # and it can
+        capsys.readouterr()
+    assert train.main(["--finetune", str(run_dir)]) == 2
+    assert (f"--finetune {run_dir}: the run has no validated model yet (no best.pt, which "
+            f"finetuning starts from") in one_line_error(capsys)
+
+
+def test_run_max_steps_says_whether_there_is_a_best_pt_yet(small, tmp_path, capsys):
+    early, later = tmp_path / "early", tmp_path / "later"
+    assert train.main([PTB, *small, "run.max_steps=3", f"run.dir={early}"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == (f"stopped: run.max_steps=3 reached (step 3, epoch 1 of 500), before the first "
+                    f"validation, so there is no best.pt yet; continue with python train.py --resume "
+                    f"{early}, or evaluate the weights where it stands with python evaluate.py "
+                    f"{early / 'last.pt'}")
+    assert train.main([PTB, *small, "run.max_steps=60", f"run.dir={later}"]) == 0    # an epoch is ~50
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("stopped: run.max_steps=60 reached (step 60, epoch 2 of 500); best valid ppl ")
+    assert line.endswith(f"; evaluate with python evaluate.py {later} (its best.pt), or continue "
+                         f"with python train.py --resume {later}")
+
+
+def test_a_signal_stop_names_the_signal_once(small, tmp_path, capsys, monkeypatch):
+    """SIGTERM sent to this process during step 3: the step ends, last.pt is saved, one line."""
+    import os
+    run_dir = tmp_path / "run"
+    real_step, calls = torch.optim.SGD.step, {"n": 0}
+
+    def step(self, closure=None):
+        real_step(self, closure)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", step)
+    assert train.main([PTB, *small, f"run.dir={run_dir}"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip() == (
+        f"stopped: SIGTERM after step 3; saved {run_dir / 'last.pt'}; continue with python train.py "
+        f"--resume {run_dir}")
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 3
