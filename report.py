@@ -14,6 +14,7 @@
     python report.py curves results/cpu_ptb --out results/cpu_ptb/report/curves  # valid ppl by epoch
     python report.py versus results/cpu_ptb --key model.emsize --out results/cpu_ptb/report/d_sweep
     python report.py methods results/cpu_ptb --out results/cpu_ptb/report/methods  # plain/cache/dynamic
+    python report.py diagnose runs/ptb-moc-seed28 runs/ptb-softmax-seed141   # a run that did not learn
 
 A RUN argument is a run directory or a folder searched for run directories. Each command writes
 its files under the --out prefix (PREFIX.md, and PREFIX.png / PREFIX.csv as it says) and prints

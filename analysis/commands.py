@@ -171,6 +171,47 @@ def methods(args, run_dirs) -> str:
     return write_methods(run_dirs, Path(args.out))
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (so that a plan's report command is checked when loaded)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def diagnose_arguments(parser) -> None:
+    from .diagnose import MEASUREMENTS
+    parser.add_argument("--measure", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS),
+                        metavar="WHAT",
+                        help="what to measure (default: all): spread (best.pt's last LSTM layer output, "
+                             "std over validation positions), gradient-share (--steps SGD steps of a "
+                             "fresh model: the only costly one), slopes (LMS-PLIF's, best.pt against "
+                             "the run's start), perplexity (eval_best.json's test ppl beside the "
+                             "unigram level); spread and slopes need best.pt")
+    parser.add_argument("--steps", type=positive_int, default=160,
+                        help="SGD steps of the gradient share (default 160). They start from the run's "
+                             "start, not from best.pt: the run's model rebuilt from config.yaml and "
+                             "seeded as train.py does, plain SGD with its lr, weight decay and "
+                             "clipping on consecutive train.bptt windows, cross-entropy only (AR and "
+                             "TAR act on the body directly; the question is what reaches it from "
+                             "the head): what explains a run that never learnt")
+    parser.add_argument("--every", type=positive_int, default=20,
+                        help="report the gradient share every N steps (default 20)")
+    parser.add_argument("--out", help="also write PREFIX.md (the tables) and PREFIX.json (every value)")
+    devices(parser)
+
+
+def diagnose(args, run_dirs) -> str:
+    from experiment.loading import select_device
+    from .diagnose import diagnose_runs
+    return diagnose_runs(run_dirs, args.measure, args.steps, args.every,
+                         select_device(args.device, option="--device"), args.data_dir,
+                         Path(args.out) if args.out else None)
+
+
 def published_arguments(parser) -> None:
     parser.add_argument("--out", help="also write the Markdown to this file")
 
@@ -201,6 +242,10 @@ COMMANDS: dict[str, Command] = {
     "methods": Command("valid / test ppl plain, with the neural cache and with dynamic evaluation, "
                        "before and after finetuning (PREFIX.md, .csv)",
                        lambda parser: prefix_out(parser, "results/methods"), methods),
+    "diagnose": Command("what to look at first when a run did not learn: the spread of the body's "
+                        "output, the LSTM's share of the gradient over a fresh model's first SGD "
+                        "steps, LMS-PLIF's slope movement, test ppl beside the unigram level "
+                        "(with --out: PREFIX.md, .json)", diagnose_arguments, diagnose),
     "published": Command("every number of [SB] the reports compare against, as Markdown "
                          "(docs/published.md)", published_arguments, published, reads_runs=False),
 }

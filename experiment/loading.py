@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from data import load_corpus
-from model import LanguageModel, build_model
+from model import LanguageModel, build_model, word_counts
 from . import checkpoint
 from .config import DEVICE_CHOICES, DEVICE_NAME, Config, ConfigError, config_from_dict
 from .progress import TrainingProgress
@@ -84,6 +84,15 @@ def keep_freed_host_memory() -> bool:
     except (OSError, AttributeError):
         return False                   # another C library (musl): it has no mallopt
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
+def initial_model(config: Config, corpus) -> LanguageModel:
+    """The model a new run of `config` starts from, exactly as train.py builds it: the global
+    random stream seeded with train.seed, then the model built on the CPU. The stream goes on
+    from there into training (the dropout masks), so whatever rebuilds a run's start (report.py
+    diagnose) calls this and nothing else."""
+    torch.manual_seed(config.train.seed)
+    return build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size))
 
 
 @dataclass

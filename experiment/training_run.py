@@ -29,12 +29,12 @@ import torch
 
 from data import DataError, load_corpus
 from evaluation.loop import perplexity
-from model import build_model, count_parameters
+from model import count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
-from .loading import keep_freed_host_memory, set_deterministic, set_float32_precision
+from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
 from .run_directory import RunDirectoryError, RunLock, finetune_overrides, run_name
 
@@ -219,8 +219,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     set_float32_precision(config.run.tf32)
     set_deterministic(config.run.deterministic)
     keep_freed_host_memory()
-    torch.manual_seed(config.train.seed)
-    model = build_model(config, corpus.vocab_size)
+    model = initial_model(config, corpus)
     identity = run_identity(config, model, corpus)
     if args.dry_run:
         if world.is_main:
