@@ -549,6 +549,8 @@ def test_every_command_that_reads_a_checkpoint_says_a_text_file_is_none(small, s
         expected = message.replace(str(text), str(resumed / "last.pt")) if name == "--resume" else message
         assert expected in err and "pop from empty list" not in err, (name, err)
         assert err.startswith("error: train.init_from: ") == (name == "train.init_from"), err
+    assert train.main(["--finetune", str(text)]) == 2          # it takes a run directory
+    assert f"--finetune {text}: not a run directory" in one_line_error(capsys)
 
 
 def test_a_run_stopped_before_its_first_validation_points_to_its_last_pt(stopped_early, tmp_path,
