@@ -1,6 +1,11 @@
 """Training-step cost of every output head at the PTB shapes of its config (docs/reference.md section 5).
 
     AWD_DATA_DIR=... python benchmarks/bench_heads.py [--reps 5] [--heads softmax,plif] [--device cuda]
+    AWD_DATA_DIR=... python benchmarks/bench_heads.py --shapes mini --mos-components 15 --heads softmax,mos,mixtape
+
+--shapes mini times the heads with the sizes of configs/ptb_mini/ (the CPU studies) instead of
+configs/ptb/; --mos-components K gives MoS K components instead of its config's (the miniature's
+MoS has K = 4; Mixtape's goal is set against MoS at [SB]'s K = 15).
 
 Two timings per head, each with steps of all heads interleaved (softmax, ss, ..., softmax,
 ss, ...) so that drifts in machine speed hit every head alike; medians are reported:
@@ -22,7 +27,8 @@ the bytes the step saves for backward per logit (distinct storages seen by
 saved_tensors_hooks, the tied weight and other parameters excluded).
 
 Targets (full step): SS and GSS <= 1.05x Softmax; PLIF (K = 100,000) <= 1.15x; MoS per
-token <= 2.0x Softmax per token; PLIF saves <= 4 bytes per logit more than the Softmax.
+token <= 2.0x Softmax per token; PLIF saves <= 4 bytes per logit more than the Softmax;
+Mixtape per token <= 1.35x Softmax's and <= 0.5x MoS's (K = 15), at both shapes.
 
 On CPU with glibc, a freed tensor larger than 32 MB goes back to the OS and the next one
 page-faults in afresh: every extra (T, B, V) tensor (56 MB) costs ~40 ms here, a fresh
@@ -34,7 +40,6 @@ removed that cost here. CUDA's caching allocator has no such cost; the MoS head 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -72,18 +77,29 @@ class Shape:
         return self.batch * self.bptt
 
 
-def ptb_setups(compiled: bool) -> dict[str, tuple[object, Shape]]:
-    """name -> (head options, shape) of every registered head, from configs/ptb/<name>.yaml
-    ([SB]'s PTB settings: batch size, emsize, nhidlast and the head's own options)."""
+CONFIG_FOLDERS = {"ptb": "configs/ptb", "mini": "configs/ptb_mini"}
+
+
+def head_overrides(name: str, compiled: bool, mos_components: int | None) -> list[str]:
+    """The config overrides a head is timed with: --no-compile, --mos-components."""
+    fields = HEADS[name].Options.__dataclass_fields__
+    overrides = [f"head.compile={str(compiled).lower()}"] if "compile" in fields else []
+    if name == "mos" and mos_components:
+        overrides.append(f"head.components={mos_components}")
+    return overrides
+
+
+def setups_of(shapes: str, compiled: bool, mos_components: int | None) -> dict[str, tuple[str, object, Shape]]:
+    """name -> (config path, head options, shape) of every registered head, from
+    configs/ptb/<name>.yaml ([SB]'s PTB settings: batch size, emsize, nhidlast and the head's own
+    options) or configs/ptb_mini/<name>.yaml."""
     setups = {}
     for name in HEADS:
-        config = load_config(f"configs/ptb/{name}.yaml")
-        options = config.head
-        if "compile" in {f.name for f in dataclasses.fields(options)}:
-            options = dataclasses.replace(options, compile=compiled)
-        setups[name] = (options, Shape(batch=config.train.batch_size, bptt=config.train.bptt,
-                                       vocab=PTB_VOCAB, emsize=config.model.emsize,
-                                       nhidlast=config.model.nhidlast))
+        path = f"{CONFIG_FOLDERS[shapes]}/{name}.yaml"
+        config = load_config(path, head_overrides(name, compiled, mos_components))
+        setups[name] = (path, config.head, Shape(batch=config.train.batch_size, bptt=config.train.bptt,
+                                                 vocab=PTB_VOCAB, emsize=config.model.emsize,
+                                                 nhidlast=config.model.nhidlast))
     return setups
 
 
@@ -162,13 +178,19 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="eager kernels for SS/GSS/PLIF")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--head-only", action="store_true", help="skip the full-model steps")
+    parser.add_argument("--shapes", choices=sorted(CONFIG_FOLDERS), default="ptb",
+                        help="the sizes of configs/ptb/ (default) or of the miniature configs/ptb_mini/")
+    parser.add_argument("--mos-components", type=int, metavar="K",
+                        help="MoS with K components instead of its config's")
     args = parser.parse_args()
+    if args.mos_components is not None and args.mos_components < 1:
+        parser.error(f"--mos-components: expected an integer >= 1, got {args.mos_components}")
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    setups = ptb_setups(compiled=not args.no_compile)
+    setups = setups_of(args.shapes, not args.no_compile, args.mos_components)
     names = args.heads.split(",")
     unknown = [n for n in names if n not in setups]
     if unknown:
@@ -179,17 +201,17 @@ def main() -> None:
     # noise floor (the same work timed twice), against which the other ratios can be read.
     head_of = {**{name: name for name in names}, CONTROL: "softmax"}
     names.append(CONTROL)
-    cases = {name: Case(head_of[name], *setups[head_of[name]], device) for name in names}
+    cases = {name: Case(head_of[name], *setups[head_of[name]][1:], device) for name in names}
 
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"compile {not args.no_compile}")
+          f"compile {not args.no_compile}, shapes {args.shapes}"
+          + (f", MoS K = {args.mos_components}" if args.mos_components else ""))
     head_times = medians(interleaved_times({n: c.step for n, c in cases.items()}, args.reps, args.warmup, device))
     full = {}
     if not args.head_only:
         corpus = load_corpus("ptb")
-        compile_option = [f"head.compile={str(not args.no_compile).lower()}"]
-        full = {name: TrainerStep(f"configs/ptb/{head_of[name]}.yaml", corpus, device,
-                                  compile_option if "compile" in setups[head_of[name]][0].__dataclass_fields__ else [])
+        full = {name: TrainerStep(setups[head_of[name]][0], corpus, device,
+                                  head_overrides(head_of[name], not args.no_compile, args.mos_components))
                 for name in names}
         full_times = medians(interleaved_times(full, args.reps, args.warmup, device))
 

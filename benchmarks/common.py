@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import train  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.loading import keep_freed_host_memory, set_float32_precision  # noqa: E402
-from model import build_model  # noqa: E402
+from model import build_model, word_counts  # noqa: E402
 
 
 class TrainerStep:
@@ -28,7 +28,7 @@ class TrainerStep:
         if keep_freed_memory:                          # as train.py does
             keep_freed_host_memory()
         torch.manual_seed(0)
-        self.model = build_model(config, corpus.vocab_size).to(device)
+        self.model = build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size)).to(device)
         self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)
         self.trainer.progress.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
         self.trainer.sampler.sample = lambda: config.train.bptt

@@ -74,6 +74,7 @@ SYNTHETIC_HEADS: dict[str, type[OutputHead]] = {**HEADS, "lms": MonotoneHead}
 HEAD_DEFAULTS: dict[str, dict] = {
     "mos": {"components": 4, "dropoutl": 0.0},
     "moc": {"components": 4, "dropoutl": 0.0},
+    "mixtape": {"dropoutl": 0.0},        # K = 4 by default; its other dropouts default to 0
     "lms": {"units": 10},
     "gss": {"c": -1.5, "k": 2.5},        # [SB]'s PTB shape; GSS has no default
 }

@@ -40,14 +40,23 @@ class LanguageModel(nn.Module):
                            body.output, body.last_raw_output)
 
 
-def build_model(config, vocab_size: int) -> LanguageModel:
-    """Build the model a resolved Config describes (see experiment/config.py)."""
+def build_model(config, vocab_size: int, word_counts: torch.Tensor | None = None) -> LanguageModel:
+    """Build the model a resolved Config describes (see experiment/config.py). A model to be
+    trained gets `word_counts`, every word's count in the training split (Mixtape's gate sharing
+    needs them); one whose weights come from a checkpoint does not."""
     m = config.model
     body = AWDLSTMBody(vocab_size, m.emsize, m.nhid, m.nhidlast, m.nlayers,
                        m.dropout, m.dropouth, m.dropouti, m.dropoute, m.wdrop, m.emb_noise)
     head = HEADS[config.head_name](config.head, vocab_size, m.emsize, m.nhidlast,
                                    body.encoder.weight)
+    if word_counts is not None:
+        head.set_word_counts(word_counts)
     return LanguageModel(body, head)
+
+
+def word_counts(train: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Every word's count in the training split's ids (V,)."""
+    return torch.bincount(train, minlength=vocab_size)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -22,8 +22,10 @@ from model.heads import HEADS
 FIXTURE = torch.load(Path(__file__).parent / "fixtures" / "heads_17f87ca.pt", weights_only=True)
 
 
-def test_the_fixture_covers_every_head_of_the_registry():
-    assert list(FIXTURE["models"]) == list(HEADS)
+def test_the_fixture_covers_every_head_the_registry_had_then():
+    # Heads added since (Mixtape) had no checkpoints before them; the registry keeps its order.
+    assert list(HEADS)[:len(FIXTURE["models"])] == list(FIXTURE["models"])
+    assert len(FIXTURE["models"]) == 7
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["models"]))

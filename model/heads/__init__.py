@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .base import HeadOutput, NoOptions, OutputHead, PointwiseTransformHead, TiedDecoder
 from .mixture import MoCHead, MoSHead
+from .mixtape import MixtapeHead
 from .plif import FrozenPLIFHead, PLIFHead
 from .sigsoftmax import GSSHead, SigSoftmaxHead
 from .softmax import SoftmaxHead
@@ -19,6 +20,7 @@ HEADS: dict[str, type[OutputHead]] = {
     "plif_frozen": FrozenPLIFHead,
     "mos": MoSHead,
     "moc": MoCHead,
+    "mixtape": MixtapeHead,
 }
 
 __all__ = ["HEADS", "HeadOutput", "NoOptions", "OutputHead", "PointwiseTransformHead", "TiedDecoder"]

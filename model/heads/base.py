@@ -99,6 +99,12 @@ class OutputHead(nn.Module):
         log_probs = self(g).log_probs
         return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
+    def set_word_counts(self, counts: torch.Tensor) -> None:
+        """Called once on a new model with every word's count in the training split (V,), before
+        training. A head whose structure depends on word frequencies (Mixtape's gate sharing)
+        keeps what it needs in buffers, which a trained model's checkpoint restores; the others
+        ignore it."""
+
     def extra_param_groups(self) -> list[dict]:
         """Optimizer groups with their own base learning rate, e.g. PLIF's slopes.
 

@@ -1,0 +1,103 @@
+"""Mixtape's gating (model/heads/mixtape.py has the formula).
+
+`sigmoid_tree` gives the priors of every leaf, as the formula reads (the head's reference and
+its shared priors use it). `gated_logits` is what the frequent words run: their K component
+logits gated by their own sigmoid-tree priors, sum_k pi_kx z_kx, in one custom autograd
+function that saves only its inputs and, compiled, makes one pass over them forward and one
+backward: autograd through the separate ops keeps every level's sigmoids and products, some
+3 K values per frequent word and position, and makes about fifteen passes over them.
+`target_log_probs` is log p(target) from the two blocks of gated logits, without joining them
+into one (N, V) tensor.
+"""
+from __future__ import annotations
+
+import torch
+
+from .compiled import FusedKernel
+
+
+def sigmoid_tree(gate_logits: torch.Tensor) -> torch.Tensor:
+    """(..., K-1, X) gate logits of the tree's inner nodes in heap order (node j's children are
+    2j and 2j + 1, counting from 1) -> (..., K, X) priors of its leaves, left to right: each
+    the product of sigmoid(l_j) for a left turn and 1 - sigmoid(l_j) for a right one."""
+    k = gate_logits.size(-2) + 1
+    priors = gate_logits.new_ones(*gate_logits.shape[:-2], 1, gate_logits.size(-1))
+    width = 1
+    while width < k:          # one level of the tree: its `width` nodes are j = width..2 width - 1
+        gamma = torch.sigmoid(gate_logits[..., width - 1:2 * width - 1, :])
+        priors = torch.stack([priors * gamma, priors * (1 - gamma)], dim=-2).flatten(-3, -2)
+        width *= 2
+    return priors
+
+
+# The tree evaluated bottom-up: a node's value is s_j * left + (1 - s_j) * right, s_j the sigmoid
+# of its gate logit, the leaves' values the component logits; the root's value is
+# sum_k pi_k z_k. Its gradient flows top-down: d root / d l_j = reach_j s_j (1 - s_j)
+# (left_j - right_j), reach_j the product of the branch weights from the root to node j.
+
+def _levels(component_logits, products, shared, bias):
+    """The tree's levels from the leaves up: per level (sigmoids, left values, right values),
+    with the gate logits l = products + shared + bias; and the root's value."""
+    gate_logits = products + shared.unsqueeze(-1) + bias
+    values, width, levels = component_logits, component_logits.size(1), []
+    while width > 1:
+        width //= 2
+        s = torch.sigmoid(gate_logits[:, width - 1:2 * width - 1])
+        left, right = values[:, 0::2], values[:, 1::2]
+        levels.append((s, left, right))
+        values = right + s * (left - right)
+    return levels, values[:, 0]
+
+
+def _gated_forward(component_logits, products, shared, bias):
+    return _levels(component_logits, products, shared, bias)[1]
+
+
+def _gated_backward(component_logits, products, shared, bias, grad):
+    levels, _ = _levels(component_logits, products, shared, bias)
+    reach, gate_grads = grad.unsqueeze(1), []
+    for s, left, right in reversed(levels):              # the root's level first
+        gate_grads.append(reach * s * (1 - s) * (left - right))
+        reach = torch.stack([reach * s, reach * (1 - s)], dim=2).flatten(1, 2)
+    grad_gates = torch.cat(gate_grads, dim=1)             # (N, K-1, F) in heap order
+    return reach, grad_gates, grad_gates.sum(-1), grad_gates.sum(0)
+
+
+_GATED_FORWARD = FusedKernel(_gated_forward, varying={0: (0,), 1: (0,), 2: (0,)})
+_GATED_BACKWARD = FusedKernel(_gated_backward, varying={0: (0,), 1: (0,), 2: (0,), 4: (0,)})
+
+
+class _GatedLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, component_logits, products, shared, bias, compiled):
+        ctx.save_for_backward(component_logits, products, shared, bias)
+        ctx.compiled = compiled
+        return _GATED_FORWARD(component_logits, products, shared, bias, compiled=compiled)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grads = _GATED_BACKWARD(*ctx.saved_tensors, grad.contiguous(), compiled=ctx.compiled)
+        return (*grads, None)
+
+
+def gated_logits(component_logits: torch.Tensor, products: torch.Tensor, shared: torch.Tensor,
+                 bias: torch.Tensor, compiled: bool = False) -> torch.Tensor:
+    """component_logits (N, K, F), the gate logits' parts v_x . tanh(U_j g + a_j) (N, K-1, F),
+    u_j . g (N, K-1) and b_xj (K-1, F) -> sum_k pi_kx z_kx (N, F), with K >= 2."""
+    return _GatedLogits.apply(component_logits.contiguous(), products.contiguous(), shared.contiguous(),
+                              bias.contiguous(), compiled)
+
+
+def target_log_probs(frequent: torch.Tensor, infrequent: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+    """The gated logits of the frequent words (N, F) and of the others (N, V - F), and each
+    target's place in that order (N) -> log p(target) (N): the target's logit minus the
+    logsumexp of both blocks, taken block by block (no (N, V) tensor joins them)."""
+    count = frequent.size(1)
+    if count == 0 or infrequent.size(1) == 0:           # one block holds every word
+        logits = infrequent if count == 0 else frequent
+        return logits.gather(1, places.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+    lse = torch.logaddexp(torch.logsumexp(frequent, dim=1), torch.logsumexp(infrequent, dim=1))
+    is_frequent = places < count
+    in_frequent = frequent.gather(1, places.clamp(max=count - 1).unsqueeze(1)).squeeze(1)
+    in_infrequent = infrequent.gather(1, (places - count).clamp(min=0).unsqueeze(1)).squeeze(1)
+    return torch.where(is_frequent, in_frequent, in_infrequent) - lse
