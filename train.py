@@ -15,7 +15,8 @@ One optimizer step:
   3. clip the global gradient norm, take the SGD / ASGD step; stop (exit code 3, before
      anything is saved) if the loss, the gradient norm or any weight is non-finite.
 One epoch: steps over the whole training stream, then validation (on the averaged weights
-once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch, last.pt.
+once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch or, on ASGD, the
+early stops (train.early_stop_nonmono, train.plateau_gain), last.pt.
 
 Under torchrun (experiment/distributed.py) each of N processes owns an equal block of the batch's
 columns and cuts it into chunks of `small_batch_size`; each chunk's loss keeps its weight, its
@@ -93,6 +94,13 @@ def non_monotone(val_loss: float, history: list, n: int) -> bool:
     """[AWD] Algorithm 1: more than `n` (train.nonmono) losses recorded and the new one is worse
     than the best of all but the last `n` (the validation history does not hold val_loss yet)."""
     return len(history) > n and val_loss > min(history[:-n])
+
+
+def plateaued(val_loss: float, history: list, window: int, gain: float) -> bool:
+    """The best validation perplexity, with val_loss, is less than `gain` (a fraction) lower than
+    it was `window` epochs ago (the validation history does not hold val_loss yet)."""
+    losses = history + [val_loss]
+    return len(losses) > window and 1 - math.exp(min(losses) - min(losses[:-window])) < gain
 
 
 def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int]]:
@@ -221,8 +229,10 @@ class Trainer:
             self.optimizer = make_optimizer(self.model, t, AveragedSGD)
             p.asgd_start_epoch = p.epoch + 1
             record["switched_to_asgd"] = True
-        elif t.early_stop_nonmono and self.averaging and non_monotone(val_loss, p.val_history, t.nonmono):
-            p.finished = True             # finetuning's end ([AWD] finetune.py)
+        elif self.averaging and (
+                (t.early_stop_nonmono and non_monotone(val_loss, p.val_history, t.nonmono))  # [AWD] finetune.py
+                or (t.plateau_gain and plateaued(val_loss, p.val_history, t.plateau_window, t.plateau_gain))):
+            p.finished = True
             record["early_stop"] = True
         p.val_history.append(val_loss)
         if self.world.is_main:

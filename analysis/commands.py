@@ -166,6 +166,30 @@ def versus(args, run_dirs) -> str:
     return write_versus(run_dirs, args.key, Path(args.out))
 
 
+def fraction(text: str) -> float:
+    """argparse type: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), e.g. 0.01 for 1%, got {value}")
+    return value
+
+
+def convergence_arguments(parser) -> None:
+    prefix_out(parser, "results/convergence")
+    parser.add_argument("--window", type=positive_int, default=5, help="epochs looked back over (default 5)")
+    parser.add_argument("--gain", type=fraction, default=0.01,
+                        help="converged below this improvement of the best validation ppl over the "
+                             "window, a fraction (default 0.01: 1%%)")
+
+
+def convergence(args, run_dirs) -> str:
+    from .convergence import write_convergence
+    return write_convergence(run_dirs, Path(args.out), args.window, args.gain)
+
+
 def methods(args, run_dirs) -> str:
     from .methods import write_methods
     return write_methods(run_dirs, Path(args.out))
@@ -239,6 +263,9 @@ COMMANDS: dict[str, Command] = {
                       "range shaded), the ASGD switch marked (PREFIX.png, .md)", curves_arguments, curves),
     "versus": Command("test ppl and Press rank against a config key, one line per head "
                       "(PREFIX.png, .md, .csv)", versus_arguments, versus),
+    "convergence": Command("per run: epochs, the ASGD switch, the best validation ppl and its "
+                           "improvement over the last --window epochs, converged or not "
+                           "(PREFIX.md, .csv)", convergence_arguments, convergence),
     "methods": Command("valid / test ppl plain, with the neural cache and with dynamic evaluation, "
                        "before and after finetuning (PREFIX.md, .csv)",
                        lambda parser: prefix_out(parser, "results/methods"), methods),

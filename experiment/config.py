@@ -88,17 +88,24 @@ class TrainConfig:
     asgd_switch_epoch: int = 200            # ET-ASGD: epochs 1..N use SGD, averaging from N+1
     nonmono: int = 5                        # NT-ASGD: non-monotone interval
     early_stop_nonmono: bool = False        # end training when the NT-ASGD rule fires on ASGD
+    # On ASGD, end training once the best validation perplexity has improved by less than this
+    # fraction over the last plateau_window epochs (0.01: 1%); null: never
+    plateau_gain: Optional[float] = None
+    plateau_window: int = 5
     init_from: Optional[str] = None         # checkpoint whose model weights start the run
     eval_batch_size: int = 10
     test_batch_size: int = 1
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "epochs", "small_batch_size", "bptt",
-                     "asgd_switch_epoch", "nonmono", "eval_batch_size", "test_batch_size"):
+                     "asgd_switch_epoch", "nonmono", "plateau_window", "eval_batch_size", "test_batch_size"):
             _positive(name, getattr(self, name))
         for name in ("max_seq_len_delta", "clip", "wdecay", "alpha", "beta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: expected a value >= 0, got {getattr(self, name)}")
+        if self.plateau_gain is not None and not 0 < self.plateau_gain < 1:
+            raise ValueError(f"plateau_gain: expected a fraction in (0, 1), e.g. 0.01 for 1%, "
+                             f"or null, got {self.plateau_gain}")
         if self.small_batch_size is not None and self.small_batch_size > self.batch_size:
             raise ValueError(f"small_batch_size: expected at most batch_size ({self.batch_size}), "
                              f"got {self.small_batch_size}")

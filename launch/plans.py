@@ -7,6 +7,8 @@ the runs into the table or figure:
     title: "[SB] Table 2, PTB"
     out: runs/sb_table2_ptb              # the run directories go here (sweep.py --out replaces it)
     seeds: [config, 1, 2, 3]             # `config`: the config's own seed (the authors')
+    overrides: [train.epochs=60]         # key=value overrides of every experiment's configs
+                                         # (before the experiment's own)
     rank: []                             # rank.py options; leave out to skip rank.py
     robustness: []                       # rank.py --robustness options; leave out to skip
                                          # (an experiment may give its own rank / robustness)
@@ -39,7 +41,7 @@ from experiment.config import ConfigError, load_config, read_yaml
 from . import LaunchError
 from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
 
-PLAN_KEYS = {"title", "out", "seeds", "rank", "robustness", "experiments", "report"}
+PLAN_KEYS = {"title", "out", "seeds", "overrides", "rank", "robustness", "experiments", "report"}
 EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness", "finetune_best"}
 FINETUNE_KEYS = {"overrides", "evaluate"}
 
@@ -119,7 +121,8 @@ def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     config = Path(str(entry.get("config", "")))
     if not config.is_file():
         raise fail(f"{where}.config", "an existing config file", entry.get("config"))
-    overrides = tuple(_strings(entry.get("overrides", []), f"{where}.overrides", fail))
+    overrides = (tuple(_strings(plan.get("overrides", []), "overrides", fail))
+                 + tuple(_strings(entry.get("overrides", []), f"{where}.overrides", fail)))
     grid = entry.get("grid", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise fail(f"{where}.grid", "a mapping of keys to non-empty lists of values", grid)

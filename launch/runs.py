@@ -30,7 +30,7 @@ from typing import IO, Sequence
 
 import yaml
 
-from experiment.config import Config, ConfigError, load_config, parse_override
+from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.progress import TrainingProgress
 from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides, run_name
 from . import LaunchError
@@ -227,7 +227,13 @@ def check_same_experiment(run: PlannedRun) -> None:
     saved_path = run.dir / "config.yaml"
     if not saved_path.is_file():
         return
-    saved = comparable(yaml.safe_load(saved_path.read_text(encoding="utf-8")))
+    try:   # read as a config, so that keys added since the run was made take their defaults
+        saved_config = config_from_dict(yaml.safe_load(saved_path.read_text(encoding="utf-8")),
+                                        source=str(saved_path))
+    except ConfigError as e:
+        raise LaunchError(f"{run.dir} holds a run whose config.yaml this code cannot read ({e}); "
+                          f"choose another --out") from None
+    saved = comparable(yaml.safe_load(saved_config.to_yaml()))
     planned = comparable(yaml.safe_load(run.config.to_yaml()))
     for section in sorted(set(saved) | set(planned)):
         for key in sorted(set(saved.get(section, {})) | set(planned.get(section, {}))):

@@ -25,6 +25,7 @@ import sweep
 import train
 from launch import LaunchError, runs as launch_runs
 from launch.plans import is_plan, load_plan
+from launch.runs import plan_runs
 from tests.conftest import TINY, copy_first_lines, doc_section
 
 PLANS = sorted(Path("sweeps").glob("*.yaml"))
@@ -174,6 +175,10 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
      "key 'title' is written twice"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.nope=1]}]\n",
      "unknown key train.nope"),
+    ("title: t\nout: o\noverrides: train.epochs=3\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "overrides: expected a list of strings"),
+    ("title: t\nout: o\noverrides: [train.nope=1]\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "unknown key train.nope"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['tabel {out} --out x']\n",
      "report command 'tabel {out} --out x': report.py: error: argument command: invalid choice: 'tabel'"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {out}']\n",
@@ -216,6 +221,15 @@ def test_dry_run_names_every_run_of_a_plan(capsys):
     assert names == ["ptb-mos-head.dropoutl=0.145-seed28", "ptb-mos-head.dropoutl=0.0-seed28",
                      "wikitext-2-mos-head.dropoutl=0.145-seed1881",
                      "wikitext-2-mos-head.dropoutl=0.0-seed1881"]
+
+
+def test_a_plans_overrides_reach_every_run_before_the_experiments_own(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\noverrides: [train.epochs=7, train.lr=3]\nexperiments:\n"
+                    "  - config: configs/ptb/softmax.yaml\n"
+                    "  - config: configs/ptb/mos.yaml\n    overrides: [train.lr=5]\n", encoding="utf-8")
+    runs = plan_runs(load_plan(plan).experiments, tmp_path / "out")
+    assert [(r.config.train.epochs, r.config.train.lr) for r in runs] == [(7, 3.0), (7, 5.0)]
 
 
 def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evaluates_it(

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 import torch
 
 import evaluate
@@ -127,6 +128,22 @@ def test_a_run_directory_of_another_experiment_is_refused(swept, overrides, tmp_
     monkeypatch.setattr(launch_runs, "run_command", in_process([]))
     assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out)]) == 1
     assert "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in capsys.readouterr().out
+
+
+def test_a_run_made_before_a_config_key_existed_is_the_same_experiment(swept, overrides, tmp_path,
+                                                                       monkeypatch, capsys):
+    """A key added to the configs since (its default saved nowhere in the old config.yaml) does
+    not make an old run directory another experiment."""
+    out = tmp_path / "sweep"
+    shutil.copytree(swept[0], out)
+    run_dir = out / "ptb-softmax-seed1"
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del saved["train"]["plateau_window"], saved["train"]["plateau_gain"]     # as before they existed
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    commands = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out)]) == 0
+    assert "different run" not in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- planning and dry runs

@@ -467,3 +467,37 @@ def test_freed_host_memory_stays_in_the_heap_for_the_next_step():
         torch.empty(size).fill_(1.0)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert faults < 1000, faults                      # mapped anew: ~13,700 a tensor (4 KiB pages)
+
+
+@pytest.mark.parametrize("losses, window, gain, expected", [
+    ([5.0, 4.0, 3.0], 2, 0.01, False),             # ppl fell by 1 - e^-2 over 2 epochs
+    ([5.0, 4.0, 4.0, 3.999], 2, 0.01, True),       # by 0.1%
+    ([5.0, 4.0, 4.2, 4.1], 2, 0.01, True),         # not at all: the best is epoch 2's
+    ([4.0, 3.0], 2, 0.01, False),                  # fewer than window + 1 epochs
+    ([4.0, 4.0, 4.0 - math.log(1 / 0.99) + 1e-9], 2, 0.01, True),   # just under 1%
+    ([4.0, 4.0, 4.0 - math.log(1 / 0.99) - 1e-9], 2, 0.01, False),  # just over
+])
+def test_plateaued_compares_the_best_ppl_with_the_best_window_epochs_ago(losses, window, gain, expected):
+    assert train.plateaued(losses[-1], losses[:-1], window, gain) == expected
+
+
+def test_plateau_stop_ends_training_on_asgd_only_and_is_logged(ptb_slice, tmp_path):
+    """plateau_gain 0.99: any epoch with 2 before it (window 2) has improved by less than 99%,
+    so the run stops at the first averaged epoch with a window behind it, not on SGD."""
+    from tests.conftest import TINY
+    run_dir = tmp_path / "plateau"
+    argv = [PTB, f"data.data_dir={ptb_slice}", *TINY, "train.epochs=9", "train.asgd_switch_epoch=3",
+            "train.plateau_gain=0.99", "train.plateau_window=2", f"run.dir={run_dir}"]
+    assert train.main(argv) == 0
+    records = metrics(run_dir)
+    assert [r["optimizer"] for r in records] == ["SGD", "SGD", "SGD", "ASGD"]
+    assert records[-1].get("early_stop") and not any(r.get("early_stop") for r in records[:-1])
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["finished"]
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-0.1", "1.5"])
+def test_impossible_plateau_gain_is_one_line(value, tmp_path, capsys):
+    code = train.main([PTB, f"train.plateau_gain={value}", f"run.dir={tmp_path / 'x'}", "--dry-run"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "plateau_gain" in err and "fraction in (0, 1)" in err and len(err.splitlines()) == 1
