@@ -13,11 +13,11 @@ ROW_SCRIPTS = sorted(Path("scripts").glob("*_*.sh"))
 
 
 def test_every_table_row_of_sb_has_a_script():
-    """The 14 rows of [SB] Table 2 (with Table 3's frozen PLIF and MoC) have a thin script each;
-    any other config runs with scripts/run_row.sh CONFIG, so a new head needs no script."""
+    """The 14 rows of [SB] Table 2 (with Table 3's frozen PLIF and MoC) and Mixtape have a thin
+    script each; any other config runs with scripts/run_row.sh CONFIG, so a new head needs no script."""
     rows = {p.stem for p in ROW_SCRIPTS if p.stem != "run_row"}
     assert rows >= {f"{d}_{h}" for d in ("ptb", "wt2")
-                    for h in ("softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc")}
+                    for h in ("softmax", "ss", "gss", "plif", "plif_frozen", "mos", "moc", "mixtape")}
 
 
 @pytest.mark.parametrize("script", [p for p in ROW_SCRIPTS if p.stem != "run_row"], ids=lambda p: p.stem)

@@ -80,6 +80,7 @@ class MixtapeHead(OutputHead):
             self.shared_gates = nn.Linear(nhidlast, k - 1, bias=False)   # u_j
         if k > 1 and self.frequent:
             self.gate_features = nn.Linear(nhidlast, (k - 1) * d2)       # U_j, a_j
+            nn.init.zeros_(self.gate_features.bias)
             # v_x as nn.Linear initialises a d2 -> F map; b_xj = 0, so a frequent word starts
             # with the shared priors plus a small word-specific term.
             bound = 1.0 / math.sqrt(d2)
