@@ -166,3 +166,21 @@ def test_impossible_options_are_rejected_naming_the_field(kwargs, field):
 def test_default_options_are_the_papers_k_and_share_with_mos_dropoutl():
     assert MixtapeOptions() == MixtapeOptions(components=4, gate_dim=64, frequent_fraction=0.1, dropoutl=0.29,
                                               dropout_gates=0.0, dropout_logits=0.0, compile=True)
+
+
+def test_a_new_run_gives_its_own_gates_to_the_most_frequent_training_words(ptb_slice, tmp_path):
+    """train.py builds the head with the training split's counts and the split is saved with
+    the model: best.pt's `order` puts the training set's most frequent words first."""
+    import train
+    from data import load_corpus
+    from tests.conftest import TINY
+    run_dir = tmp_path / "mixtape"
+    assert train.main(["configs/ptb_mini/mixtape.yaml", f"data.data_dir={ptb_slice}", *TINY, "train.epochs=1",
+                       f"run.dir={run_dir}"]) == 0
+    corpus = load_corpus("ptb", ptb_slice, allow_modified=True)
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size)
+    state = torch.load(run_dir / "best.pt", weights_only=True)["model"]
+    order, frequent = state["head.order"], round(0.1 * corpus.vocab_size)
+    assert counts[order[:frequent]].min() >= counts[order[frequent:]].max()
+    assert counts[order].tolist() == sorted(counts.tolist(), reverse=True)
+    assert order[:5].tolist() != list(range(5))     # not the id order: the test sees the difference
