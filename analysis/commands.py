@@ -190,6 +190,11 @@ def convergence(args, run_dirs) -> str:
     return write_convergence(run_dirs, Path(args.out), args.window, args.gain)
 
 
+def cost(args, run_dirs) -> str:
+    from .cost import write_cost
+    return write_cost(run_dirs, Path(args.out))
+
+
 def methods(args, run_dirs) -> str:
     from .methods import write_methods
     return write_methods(run_dirs, Path(args.out))
@@ -266,6 +271,9 @@ COMMANDS: dict[str, Command] = {
     "convergence": Command("per run: epochs, the ASGD switch, the best validation ppl and its "
                            "improvement over the last --window epochs, converged or not "
                            "(PREFIX.md, .csv)", convergence_arguments, convergence),
+    "cost": Command("CPU hours per run (training, its sittings, evaluation and rank; finetuning "
+                    "on its own row) and in all, from the cpu_times.jsonl sweep.py writes "
+                    "(PREFIX.md, .csv)", lambda parser: prefix_out(parser, "results/cost"), cost),
     "methods": Command("valid / test ppl plain, with the neural cache and with dynamic evaluation, "
                        "before and after finetuning (PREFIX.md, .csv)",
                        lambda parser: prefix_out(parser, "results/methods"), methods),

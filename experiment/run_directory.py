@@ -31,6 +31,9 @@ class RunDirectoryError(Exception):
 
 
 FINETUNE_DIR = "finetune"
+# One JSON line per command sweep.py ran in the run directory, with its CPU time (launch/runs.py
+# writes it, report.py cost adds it up; a run trained over several sittings has a line for each).
+CPU_TIMES = "cpu_times.jsonl"
 
 
 def finetune_overrides(source: Path) -> list[str]:

@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
@@ -32,7 +33,8 @@ import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.progress import TrainingProgress
-from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides, run_name
+from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides,
+                                     run_name)
 from . import LaunchError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -298,22 +300,49 @@ def pending_commands(run: PlannedRun) -> list[list[str]]:
 
 # ---------------------------------------------------------------------- running
 
-def run_command(command: list[str], env: dict | None = None, log: IO | None = None) -> int:
-    """Run one command to its end; its exit code."""
+def run_command(command: list[str], env: dict | None = None, log: IO | None = None,
+                account: Path | None = None) -> int:
+    """Run one command to its end; its exit code. With `account`, append to that file the
+    command's script, its CPU seconds (user and system, from wait4: the process and the
+    children it waited for) and its wall seconds, even when Ctrl-C stopped it."""
+    started = time.time()
     with subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
         try:
-            return proc.wait()
+            code, usage = _wait(proc)
         except KeyboardInterrupt:
             # Ctrl-C reached the child too: let train.py save last.pt before the sweep stops.
-            proc.wait()
+            code, usage = _wait(proc)
+            _account(account, command, usage, started)
             raise
+    _account(account, command, usage, started)
+    return code
+
+
+def _wait(proc: subprocess.Popen):
+    """The exit code and the resource usage of the finished child (None where wait4 is missing)."""
+    if not hasattr(os, "wait4"):
+        return proc.wait(), None
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage
+
+
+def _account(path: Path | None, command: list[str], usage, started: float) -> None:
+    if path is None or usage is None or not path.parent.is_dir():
+        return
+    record = {"script": Path(command[1]).name if len(command) > 1 else command[0],
+              "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "user_s": round(usage.ru_utime, 2),
+              "sys_s": round(usage.ru_stime, 2), "wall_s": round(time.time() - started, 2),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def execute(run: PlannedRun, commands: list[list[str]], env: dict | None = None,
             log: IO | None = None) -> str:
     """Run a run's commands in order; "done", "incomplete" or "failed: ..." (why)."""
     for command in commands:
-        code = run_command(command, env, log)
+        code = run_command(command, env, log, account=run.dir / CPU_TIMES)
         script = Path(command[1]).name
         if code != 0:
             return f"failed: {script} exited with {code}"

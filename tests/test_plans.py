@@ -91,7 +91,7 @@ def plan_data(small_data, shared_data_dir, tmp_path_factory) -> Path:
     return root
 
 
-def in_process(command, env=None, log=None) -> int:
+def in_process(command, env=None, log=None, account=None) -> int:
     script = {"train.py": train, "evaluate.py": evaluate, "rank.py": rank}[Path(command[1]).name]
     return script.main(command[2:])
 
@@ -140,7 +140,7 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
 
 def test_a_rerun_plan_skips_what_is_done(plan_data, tmp_path, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None: calls.append(c) or in_process(c))
+    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None, account=None: calls.append(c) or in_process(c))
     argv = ["sweeps/sb_table5_ptb.yaml", f"data.data_dir={plan_data}", *TINY, "train.epochs=1",
             "--seeds", "4", "--limit", "1", "--out", str(tmp_path / "t5")]
     assert sweep.main(argv) == 0
@@ -235,7 +235,7 @@ def test_a_plans_overrides_reach_every_run_before_the_experiments_own(tmp_path):
 def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evaluates_it(
         plan_data, tmp_path, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None: calls.append(c) or in_process(c))
+    monkeypatch.setattr(launch_runs, "run_command", lambda c, env=None, log=None, account=None: calls.append(c) or in_process(c))
     plan = tmp_path / "plan.yaml"
     plan.write_text("title: t\nout: o\nseeds: [1, 2, 3]\nexperiments:\n"
                     "  - config: configs/ptb/softmax.yaml\n"

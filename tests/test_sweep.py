@@ -42,7 +42,7 @@ def overrides(small_data) -> list[str]:
 
 def in_process(commands: list):
     """A stand-in for run_command that records each command and runs the script's main() here."""
-    def run(command, env=None, log=None) -> int:
+    def run(command, env=None, log=None, account=None) -> int:
         commands.append(command)
         script = {"train.py": train, "evaluate.py": evaluate}[Path(command[1]).name]
         return script.main(command[2:])
@@ -209,6 +209,21 @@ def test_run_command_returns_the_exit_code():
     assert run_command([sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
 
+def test_run_command_accounts_for_the_cpu_time_of_the_command(tmp_path):
+    """One JSON line per command: its script, CPU seconds (the busy loop's, not the sleep's) and
+    wall seconds; appended, so a run trained in several sittings has one line per sitting."""
+    account = tmp_path / "cpu_times.jsonl"
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(0.3)"
+    script = tmp_path / "busy.py"
+    script.write_text(busy)
+    assert run_command([sys.executable, str(script)], account=account) == 0
+    assert run_command([sys.executable, "-c", "raise SystemExit(3)"], account=account) == 3
+    first, second = [json.loads(line) for line in account.read_text().splitlines()]
+    assert first["script"] == "busy.py" and second["script"] == "-c"
+    assert 0.3 <= first["cpu_s"] < 0.55 <= first["wall_s"]
+    assert first["cpu_s"] == pytest.approx(first["user_s"] + first["sys_s"], abs=0.011)
+
+
 # ---------------------------------------------------------------------- GPUs and slurm
 
 def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypatch, capsys):
@@ -216,7 +231,7 @@ def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypat
     seen: list[tuple[str, str]] = []
     lock = threading.Lock()
 
-    def fake(command, env=None, log=None) -> int:
+    def fake(command, env=None, log=None, account=None) -> int:
         gpu = env["CUDA_VISIBLE_DEVICES"]
         with lock:
             busy[gpu] = busy.get(gpu, 0) + 1
@@ -244,7 +259,7 @@ def test_gpus_mode_keeps_runs_per_gpu_runs_on_each_gpu(overrides, tmp_path, monk
     peak: dict[str, int] = {}
     lock = threading.Lock()
 
-    def fake(command, env=None, log=None) -> int:
+    def fake(command, env=None, log=None, account=None) -> int:
         gpu = env["CUDA_VISIBLE_DEVICES"]
         with lock:
             busy[gpu] = busy.get(gpu, 0) + 1
@@ -312,7 +327,7 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     threads: list[str] = []
     lock = threading.Lock()
 
-    def fake(command, env=None, log=None) -> int:
+    def fake(command, env=None, log=None, account=None) -> int:
         with lock:
             busy["now"] += 1
             busy["peak"] = max(busy["peak"], busy["now"])
@@ -361,6 +376,10 @@ def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
         run = out / f"ptb-softmax-seed{seed}"
         assert json.loads((run / "eval_best.json").read_text())["test_ppl"] > 1
         assert f"run {run}" in (run / "sweep.log").read_text()
+        # and what each command cost, which report.py cost adds up
+        times = [json.loads(line) for line in (run / "cpu_times.jsonl").read_text().splitlines()]
+        assert [t["script"] for t in times] == ["train.py", "evaluate.py"]
+        assert all(0 < t["cpu_s"] and 0 < t["wall_s"] for t in times)
 
 
 # ---------------------------------------------------------------------- sweeps sharing a folder

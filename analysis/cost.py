@@ -1,0 +1,96 @@
+"""What the runs cost (report.py cost): CPU hours per run and in all, from the cpu_times.jsonl that
+sweep.py writes into each run directory (one line per command it ran there: train.py, each
+sitting of a run trained over several; evaluate.py; rank.py), the run's finetuning (RUN/finetune)
+counted on a row of its own."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from experiment.run_directory import CPU_TIMES, FINETUNE_DIR
+from . import AnalysisError
+from .figures import prefixed
+from .runs import config_value, head_label, head_order, markdown_table, write_csv
+
+
+@dataclass(frozen=True)
+class Cost:
+    run: str
+    head: str
+    emsize: int | None
+    seed: int | None
+    finetune: bool
+    train_cpu_s: float
+    other_cpu_s: float            # evaluate.py, rank.py
+    wall_s: float
+    sittings: int                 # train.py commands
+
+    @property
+    def cpu_s(self) -> float:
+        return self.train_cpu_s + self.other_cpu_s
+
+
+def read_cpu_times(path: Path) -> list[dict]:
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise AnalysisError(f"{path}:{number}: not a JSON line") from None
+    return records
+
+
+def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
+    path = run_dir / CPU_TIMES
+    if not path.is_file():
+        return None
+    records = read_cpu_times(path)
+    config_path = run_dir / "config.yaml"
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    train = [r for r in records if r["script"] == "train.py"]
+    return Cost(name, config_value(config, "head.name") or "?", config_value(config, "model.emsize"),
+                config_value(config, "train.seed"), finetune, sum(r["cpu_s"] for r in train),
+                sum(r["cpu_s"] for r in records if r["script"] != "train.py"),
+                sum(r["wall_s"] for r in records), len(train))
+
+
+def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
+    """PREFIX.md and PREFIX.csv; returns the Markdown."""
+    costs = []
+    for run_dir in run_dirs:
+        for path, name, finetune in ((run_dir, run_dir.name, False),
+                                     (run_dir / FINETUNE_DIR, f"{run_dir.name}/{FINETUNE_DIR}", True)):
+            cost = read_cost(path, name, finetune)
+            if cost is not None:
+                costs.append(cost)
+    if not costs:
+        raise AnalysisError(f"no run has a {CPU_TIMES} (sweep.py writes it for the runs it launches)")
+    costs.sort(key=lambda c: (head_order(c.head), c.emsize or 0, c.seed or 0, c.finetune))
+    hours = lambda seconds: f"{seconds / 3600:.2f}"       # noqa: E731
+    header = ["Head", "d", "Seed", "Stage", "train.py sittings", "Train CPU h", "Evaluate / rank CPU h",
+              "CPU h", "Wall h"]
+    lines = [[head_label(c.head), str(c.emsize), str(c.seed), "finetuning" if c.finetune else "training",
+              str(c.sittings), hours(c.train_cpu_s), hours(c.other_cpu_s), hours(c.cpu_s), hours(c.wall_s)]
+             for c in costs]
+    total = sum(c.cpu_s for c in costs)
+    lines.append(["**all**", "", "", "", str(sum(c.sittings for c in costs)),
+                  hours(sum(c.train_cpu_s for c in costs)), hours(sum(c.other_cpu_s for c in costs)),
+                  f"**{hours(total)}**", hours(sum(c.wall_s for c in costs))])
+    markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
+                f"from their {CPU_TIMES}: {total / 3600:.2f} CPU-hours in all.\n\n"
+                + markdown_table(header, lines))
+    write_csv(prefixed(out_prefix, ".csv"),
+              ["run", "head", "emsize", "seed", "stage", "train_sittings", "train_cpu_s", "other_cpu_s",
+               "cpu_s", "wall_s"],
+              [[c.run, c.head, c.emsize, c.seed, "finetuning" if c.finetune else "training", c.sittings,
+                round(c.train_cpu_s, 2), round(c.other_cpu_s, 2), round(c.cpu_s, 2), round(c.wall_s, 2)]
+               for c in costs])
+    path = prefixed(out_prefix, ".md")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown, encoding="utf-8")
+    return markdown

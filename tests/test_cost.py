@@ -1,0 +1,53 @@
+"""report.py cost: CPU hours per run and in all, from the cpu_times.jsonl that sweep.py writes."""
+from __future__ import annotations
+
+import csv
+import json
+
+import yaml
+
+import report
+
+
+def make_run(folder, name, head, times, emsize=32, seed=1):
+    run_dir = folder / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"head": {"name": head}, "model": {"emsize": emsize},
+                                                         "train": {"seed": seed}}))
+    (run_dir / "cpu_times.jsonl").write_text("".join(
+        json.dumps({"script": script, "cpu_s": cpu, "user_s": cpu, "sys_s": 0.0, "wall_s": wall}) + "\n"
+        for script, cpu, wall in times))
+    return run_dir
+
+
+def test_cost_adds_up_every_sitting_per_run_and_in_all(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    softmax = make_run(runs, "a", "softmax", [("train.py", 3600, 3700), ("train.py", 1800, 1900),
+                                             ("evaluate.py", 360, 370), ("rank.py", 180, 200)])
+    make_run(softmax, "finetune", "softmax", [("train.py", 720, 750), ("evaluate.py", 72, 80)])
+    make_run(runs, "b", "mos", [("train.py", 7200, 7300)], seed=2)
+    out = tmp_path / "report" / "cost"
+    assert report.main(["cost", str(runs), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = list(csv.DictReader(open(f"{out}.csv")))
+    assert [(r["run"], r["stage"], r["train_sittings"], float(r["cpu_s"])) for r in rows] == [
+        ("a", "training", "2", 5940.0), ("a/finetune", "finetuning", "1", 792.0), ("b", "training", "1", 7200.0)]
+    assert "| Softmax | 32 | 1 | training | 2 | 1.50 | 0.15 | 1.65 | 1.71 |" in text
+    assert "| **all** |  |  |  | 4 | 3.70 | 0.17 | **3.87** |" in text
+    assert "3.87 CPU-hours in all" in text
+
+
+def test_runs_without_cpu_times_are_one_line(tmp_path, capsys):
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "config.yaml").write_text("head: {name: softmax}\n")
+    assert report.main(["cost", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no run has a cpu_times.jsonl" in err and "\n" not in err
+
+
+def test_a_broken_line_is_named(tmp_path, capsys):
+    run = make_run(tmp_path / "runs", "a", "softmax", [("train.py", 1, 1)])
+    with open(run / "cpu_times.jsonl", "a") as f:
+        f.write("{oops\n")
+    assert report.main(["cost", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
+    assert "cpu_times.jsonl:2: not a JSON line" in capsys.readouterr().err
