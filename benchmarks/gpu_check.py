@@ -51,7 +51,7 @@ VOCABULARIES = {"PTB": 10_000, "WikiText-2": 33_278}
 ROWS_PER_UPDATE = 512            # rows of log-probabilities fed to the decomposition at once
 CACHE_CHUNK = 5000                 # the neural cache's positions per forward (evaluate.py --cache)
 LSTM_TOLERANCE = 1e-4              # cuDNN against the CPU in IEEE float32: ~1e-6 expected
-DDP_TOLERANCE = 1e-6               # 2 processes against one (README, Multiple GPUs)
+DDP_TOLERANCE = 1e-6               # 2 processes against one (docs/gpus.md, Multiple GPUs)
 # The CI mode: shapes a CPU runs in seconds.
 FAST = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_size=4", "train.bptt=8",
         "train.eval_batch_size=2"]

@@ -44,7 +44,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Train an AWD-LSTM language model with a pluggable output head.",
         epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
-               "run.max_steps=100 run.device=cpu. See README.md for every key.")
+               "run.max_steps=100 run.device=cpu. See docs/configs.md for every key.")
     parser.add_argument("config", nargs="?", help="config file, e.g. configs/ptb/softmax.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last.pt")
