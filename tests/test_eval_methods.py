@@ -354,9 +354,13 @@ def test_every_head_works_with_both_methods(name, small_data):
     statistics = dynamic_eval.gradient_statistics(model, corpus.train, settings)
     evaluator = dynamic_eval.DynamicEvaluator(model, statistics, settings)
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    # The first segment as dynamic evaluation scores it, with a graph: PyTorch's CPU LSTM runs
+    # another kernel when autograd records (values a float32 rounding apart from `plain`).
+    first, _ = next(iterate_chunks(model, source, 20, targets_only=True, grad=True))
+    first = first.target_log_probs.detach().double().flatten()
     dynamic = dynamic_log_probs(evaluator, source)
     assert torch.isfinite(dynamic).all()
-    assert torch.equal(dynamic[:20], plain[:20])          # the first segment is scored before any step
+    assert torch.equal(dynamic[:20], first)               # the first segment is scored before any step
     assert not torch.equal(dynamic, plain)
     evaluator.reset()
     for key, value in model.state_dict().items():         # the trained weights back, buffers untouched

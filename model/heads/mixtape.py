@@ -116,7 +116,9 @@ class MixtapeHead(OutputHead):
         products = None
         if k > 1 and self.frequent:
             features = locked_dropout(torch.tanh(self.gate_features(g)), o.dropout_gates, self.training)
-            products = torch.matmul(features.view(t, b, k - 1, o.gate_dim), self.gate_embedding.t())
+            # 2-D products throughout (F.linear, torch.bmm): torch.matmul picks its kernel by whether
+            # autograd records, and the same scores must come out with and without a graph.
+            products = F.linear(features.view(t, b, k - 1, o.gate_dim), self.gate_embedding)
         frequent_mask = infrequent_mask = None
         if self.training and o.dropout_logits > 0:
             if self.frequent:
@@ -169,11 +171,11 @@ class MixtapeHead(OutputHead):
                          else contexts.new_ones(t, b, 1))                          # (T, B, K)
         if infrequent_mask is not None:
             shared_priors = shared_priors * infrequent_mask.squeeze(-1)
-        mixed = torch.matmul(shared_priors.unsqueeze(-2), contexts).view(n, e)    # sum_k pi_k h_k
+        mixed = torch.bmm(shared_priors.view(n, 1, k), contexts.view(n, k, e)).view(n, e)  # sum_k pi_k h_k
         infrequent = F.linear(mixed, weight[infrequent_ids], bias[infrequent_ids])
         if not self.frequent:
             return mixed.new_empty(n, 0), infrequent
-        component_logits = torch.matmul(contexts, weight[frequent_ids].t())       # (T, B, K, F)
+        component_logits = F.linear(contexts, weight[frequent_ids])              # (T, B, K, F)
         if frequent_mask is not None:
             component_logits = component_logits * frequent_mask
         component_logits = component_logits.view(n, k, self.frequent)
@@ -191,4 +193,5 @@ class MixtapeHead(OutputHead):
 
     def target_log_probs(self, g: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         frequent, infrequent = self.gated_logits_by_frequency(g)
-        return target_log_probs(frequent, infrequent, self.place[targets].reshape(-1)).view(targets.shape)
+        return target_log_probs(frequent, infrequent, self.place[targets].reshape(-1),
+                                self.options.compile).view(targets.shape)

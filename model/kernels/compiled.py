@@ -52,3 +52,12 @@ class FusedKernel:
         for index, dims in self.varying.items():
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(args[index], dim)
+
+
+def _logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(logits, dim=-1)
+
+
+# logsumexp over the last dimension of (N, V) logits: compiled, two reads of the logits and no
+# (N, V) temporary (eager logsumexp makes one for exp(l - max)). MoS and Mixtape use it.
+LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows, varying={0: (0,)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .compiled import FusedKernel
+from .compiled import LOGSUMEXP_ROWS, FusedKernel
 
 
 def sigmoid_tree(gate_logits: torch.Tensor) -> torch.Tensor:
@@ -88,15 +88,45 @@ def gated_logits(component_logits: torch.Tensor, products: torch.Tensor, shared:
                               bias.contiguous(), compiled)
 
 
-def target_log_probs(frequent: torch.Tensor, infrequent: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+def _softmax_times(logits, lse, grad):
+    """d lse / d logits times the upstream gradient: softmax(logits) * grad, row by row."""
+    return torch.exp(logits - lse.unsqueeze(1)) * grad.unsqueeze(1)
+
+
+_SOFTMAX_TIMES = FusedKernel(_softmax_times, varying={0: (0,), 1: (0,), 2: (0,)})
+
+
+class _RowLogsumexp(torch.autograd.Function):
+    """logsumexp over each row of (N, X) logits, saving only the logits (which the graph keeps
+    anyway) and the result: one pass forward (compiled), one backward that writes the gradient."""
+
+    @staticmethod
+    def forward(ctx, logits, compiled):
+        lse = LOGSUMEXP_ROWS(logits, compiled=compiled)
+        ctx.save_for_backward(logits, lse)
+        ctx.compiled = compiled
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, lse = ctx.saved_tensors
+        return _SOFTMAX_TIMES(logits, lse, grad.contiguous(), compiled=ctx.compiled), None
+
+
+def row_logsumexp(logits: torch.Tensor, compiled: bool = False) -> torch.Tensor:
+    return _RowLogsumexp.apply(logits.contiguous(), compiled)
+
+
+def target_log_probs(frequent: torch.Tensor, infrequent: torch.Tensor, places: torch.Tensor,
+                     compiled: bool = False) -> torch.Tensor:
     """The gated logits of the frequent words (N, F) and of the others (N, V - F), and each
     target's place in that order (N) -> log p(target) (N): the target's logit minus the
     logsumexp of both blocks, taken block by block (no (N, V) tensor joins them)."""
     count = frequent.size(1)
     if count == 0 or infrequent.size(1) == 0:           # one block holds every word
         logits = infrequent if count == 0 else frequent
-        return logits.gather(1, places.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
-    lse = torch.logaddexp(torch.logsumexp(frequent, dim=1), torch.logsumexp(infrequent, dim=1))
+        return logits.gather(1, places.unsqueeze(1)).squeeze(1) - row_logsumexp(logits, compiled)
+    lse = torch.logaddexp(row_logsumexp(frequent, compiled), row_logsumexp(infrequent, compiled))
     is_frequent = places < count
     in_frequent = frequent.gather(1, places.clamp(max=count - 1).unsqueeze(1)).squeeze(1)
     in_infrequent = infrequent.gather(1, (places - count).clamp(min=0).unsqueeze(1)).squeeze(1)

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .compiled import FusedKernel
+from .compiled import LOGSUMEXP_ROWS, FusedKernel
 
 
 def _mixture_forward(logits: torch.Tensor, log_prior: torch.Tensor):
@@ -105,16 +105,11 @@ class Workspace:
         self._free = None
 
 
-def _logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp(logits, dim=-1)
-
-
 def _softmax_gradient_(logits: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor) -> None:
     """logits <- -weight * softmax(logits) row by row, in place (lse: the rows' logsumexp)."""
     logits.sub_(lse.unsqueeze(-1)).exp_().mul_(weight.neg().unsqueeze(-1))
 
 
-_LOGSUMEXP_ROWS = FusedKernel(_logsumexp_rows, varying={0: (0,)})
 _SOFTMAX_GRADIENT_ = FusedKernel(_softmax_gradient_, varying={0: (0,), 1: (0,), 2: (0,)})
 
 
@@ -143,7 +138,7 @@ class _MixtureTargetLogProb(torch.autograd.Function):
         # [h | 1] [W | b]^T: the GEMM adds the bias, no separate pass over the logits.
         with_one = torch.cat([contexts, contexts.new_ones(n, k, 1)], dim=2).view(n * k, e + 1)
         torch.mm(with_one, torch.cat([weight, bias.unsqueeze(1)], dim=1).t(), out=logits)
-        lse = _LOGSUMEXP_ROWS(logits, compiled=compiled).view(n, k)
+        lse = LOGSUMEXP_ROWS(logits, compiled=compiled).view(n, k)
         index = targets.view(n, 1, 1).expand(n, k, 1)              # the target, per component
         # joint_k = log pi_k + log softmax_k(l)[y]: the log of the mixture's terms for y
         joint = log_prior + logits.view(n, k, -1).gather(2, index).squeeze(2) - lse
