@@ -89,8 +89,11 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         result.missing.append(f"test_ppl (no eval_best.json: run python evaluate.py {run_dir})")
 
     rank = read_json(run_dir / "rank_test.json")
-    if rank is not None and "press_rank" in rank:
+    ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
+    if rank is not None and "press_rank" in rank and ranked == "best.pt":
         result.press_rank = rank["press_rank"]
+    elif ranked is not None and ranked != "best.pt":    # rank.py RUN/last.pt writes the same file
+        result.missing.append(f"press_rank (rank_test.json ranks {ranked}, not best.pt: run python rank.py {run_dir})")
     else:
         result.missing.append(f"press_rank (no rank_test.json: run python rank.py {run_dir})")
     return result

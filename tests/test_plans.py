@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -92,8 +94,17 @@ def plan_data(small_data, shared_data_dir, tmp_path_factory) -> Path:
 
 
 def in_process(command, env=None, log=None, account=None) -> int:
+    """run_command in this process, with its CPU-time line in `account` (what report.py cost reads)."""
     script = {"train.py": train, "evaluate.py": evaluate, "rank.py": rank}[Path(command[1]).name]
-    return script.main(command[2:])
+    started, wall = resource.getrusage(resource.RUSAGE_SELF), time.time()
+    code = script.main(command[2:])
+    if account is not None:
+        ended = resource.getrusage(resource.RUSAGE_SELF)
+        user, system = ended.ru_utime - started.ru_utime, ended.ru_stime - started.ru_stime
+        with open(account, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"script": Path(command[1]).name, "cpu_s": user + system, "user_s": user,
+                                "sys_s": system, "wall_s": time.time() - wall}) + "\n")
+    return code
 
 
 # How small each plan is made: enough runs for its reports (a correlation needs 3 points).

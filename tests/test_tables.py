@@ -106,6 +106,9 @@ def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
     (runs / "ptb-ss-seed2" / "eval_best.json").unlink()
     (runs / "ptb-ss-seed3" / "rank_test.json").unlink()
     (runs / "ptb-ss-seed4" / "metrics.jsonl").unlink()
+    # rank.py RUN/last.pt writes rank_test.json too: not the rank of the run's best.pt
+    (runs / "ptb-ss-seed1" / "rank_test.json").write_text(json.dumps(
+        {"press_rank": 9999, "shape": [100, 10], "checkpoint": str(runs / "ptb-ss-seed1" / "last.pt")}))
     make_run(runs, "ptb-softmax-unfinished", "softmax", 9, test_ppl=57.1, press_rank=402, epochs=500)
     stopped = make_run(runs, "ptb-softmax-stopped", "softmax", 8, test_ppl=57.2, press_rank=402, epochs=500)
     with open(stopped / "metrics.jsonl", "a") as f:       # finetuning ends when no longer improving
@@ -116,6 +119,8 @@ def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
     missing = markdown.split("## Missing or incomplete")[1]
     assert f"`{runs / 'ptb-ss-seed2'}`: test_ppl (no eval_best.json" in missing
     assert f"`{runs / 'ptb-ss-seed3'}`: press_rank (no rank_test.json" in missing
+    assert f"`{runs / 'ptb-ss-seed1'}`: press_rank (rank_test.json ranks last.pt, not best.pt" in missing
+    assert "9,999" not in markdown
     assert f"`{runs / 'ptb-ss-seed4'}`: seconds, train_ppl, val_ppl (no metrics.jsonl" in missing
     assert f"`{runs / 'ptb-softmax-unfinished'}`: training unfinished (3 of 500 epochs)" in missing
     assert "ptb-softmax-stopped" not in missing
