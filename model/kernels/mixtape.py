@@ -96,38 +96,44 @@ def _softmax_times(logits, lse, grad):
 _SOFTMAX_TIMES = FusedKernel(_softmax_times, varying={0: (0,), 1: (0,), 2: (0,)})
 
 
-class _RowLogsumexp(torch.autograd.Function):
-    """logsumexp over each row of (N, X) logits, saving only the logits (which the graph keeps
-    anyway) and the result: one pass forward (compiled), one backward that writes the gradient."""
+class _TargetLogProbs(torch.autograd.Function):
+    """log p(target) = s_target - logsumexp over the blocks of s, the vocabulary cut into
+    consecutive blocks (the frequent words, the others). Forward: one compiled logsumexp pass
+    over each block; backward: each block's gradient -g softmax(s) in one compiled pass, and +g
+    added in place at the targets (no zero-filled (N, V) gradient for a gather, no extra sum)."""
 
     @staticmethod
-    def forward(ctx, logits, compiled):
-        lse = LOGSUMEXP_ROWS(logits, compiled=compiled)
-        ctx.save_for_backward(logits, lse)
-        ctx.compiled = compiled
-        return lse
+    def forward(ctx, places, compiled, *blocks):
+        lse = torch.logsumexp(torch.stack([LOGSUMEXP_ROWS(b, compiled=compiled) for b in blocks]), dim=0)
+        target = lse.new_empty(lse.shape)
+        rows = torch.arange(places.numel(), device=places.device)
+        first, in_block = 0, []
+        for block in blocks:
+            inside = (places >= first) & (places < first + block.size(1))
+            at = rows[inside], places[inside] - first
+            target[at[0]] = block[at]
+            in_block.append(at)
+            first += block.size(1)
+        ctx.save_for_backward(lse, *blocks)
+        ctx.in_block, ctx.compiled = in_block, compiled
+        return target - lse
 
     @staticmethod
     def backward(ctx, grad):
-        logits, lse = ctx.saved_tensors
-        return _SOFTMAX_TIMES(logits, lse, grad.contiguous(), compiled=ctx.compiled), None
-
-
-def row_logsumexp(logits: torch.Tensor, compiled: bool = False) -> torch.Tensor:
-    return _RowLogsumexp.apply(logits.contiguous(), compiled)
+        lse, *blocks = ctx.saved_tensors
+        grad = grad.contiguous()
+        grads = []
+        for block, (rows, cols) in zip(blocks, ctx.in_block):
+            block_grad = _SOFTMAX_TIMES(block, lse, -grad, compiled=ctx.compiled)
+            block_grad.index_put_((rows, cols), grad[rows], accumulate=True)
+            grads.append(block_grad)
+        return (None, None, *grads)
 
 
 def target_log_probs(frequent: torch.Tensor, infrequent: torch.Tensor, places: torch.Tensor,
                      compiled: bool = False) -> torch.Tensor:
     """The gated logits of the frequent words (N, F) and of the others (N, V - F), and each
-    target's place in that order (N) -> log p(target) (N): the target's logit minus the
-    logsumexp of both blocks, taken block by block (no (N, V) tensor joins them)."""
-    count = frequent.size(1)
-    if count == 0 or infrequent.size(1) == 0:           # one block holds every word
-        logits = infrequent if count == 0 else frequent
-        return logits.gather(1, places.unsqueeze(1)).squeeze(1) - row_logsumexp(logits, compiled)
-    lse = torch.logaddexp(row_logsumexp(frequent, compiled), row_logsumexp(infrequent, compiled))
-    is_frequent = places < count
-    in_frequent = frequent.gather(1, places.clamp(max=count - 1).unsqueeze(1)).squeeze(1)
-    in_infrequent = infrequent.gather(1, (places - count).clamp(min=0).unsqueeze(1)).squeeze(1)
-    return torch.where(is_frequent, in_frequent, in_infrequent) - lse
+    target's place in that order (N) -> log p(target) (N), without joining the two blocks into
+    one (N, V) tensor."""
+    blocks = [b.contiguous() for b in (frequent, infrequent) if b.size(1)]
+    return _TargetLogProbs.apply(places, compiled, *blocks)
