@@ -362,10 +362,20 @@ def test_softmax_is_log_softmax_of_the_tied_logits():
     (MixtureOptions, {"components": 0}, "components"),
     (MixtureOptions, {"dropoutl": 1.0}, "dropoutl"),
     (MixtureOptions, {"dropoutl": -0.1}, "dropoutl"),
+    (MixtureOptions, {"latent_scale": 0.0}, "latent_scale"),
+    (MixtureOptions, {"latent_scale": math.inf}, "latent_scale"),
 ])
 def test_impossible_options_are_rejected_naming_the_field(options_cls, kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}: "):
         options_cls(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["mos", "moc"])
+def test_latent_scale_multiplies_the_latent_layers_initial_weights_only(name):
+    plain = make_head(name, HEADS[name].Options(components=3, latent_scale=1.0))
+    scaled = make_head(name, HEADS[name].Options(components=3, latent_scale=4.0))
+    torch.testing.assert_close(scaled.latent.weight, 4.0 * plain.latent.weight)
+    assert torch.equal(scaled.latent.bias, plain.latent.bias) and torch.equal(scaled.prior.weight, plain.prior.weight)
 
 
 def test_default_options_are_the_papers_settings():

@@ -17,6 +17,7 @@ the mixed (T, B, V) output. The tests check both against the reference.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,12 +39,17 @@ def mos_reference(logits: torch.Tensor, log_prior: torch.Tensor) -> torch.Tensor
 class MixtureOptions:
     components: int = 15     # K
     dropoutl: float = 0.29   # locked dropout on the K context vectors
+    # multiplies the latent layer's initial weights (1: PyTorch's nn.Linear init, as the MoS
+    # code's); a diagnosis of MoC's training (docs/results_cpu.md), not a setting of [MoS] or [SB]
+    latent_scale: float = 1.0
 
     def __post_init__(self):
         if self.components < 1:
             raise ValueError(f"components: expected an integer >= 1, got {self.components}")
         if not 0.0 <= self.dropoutl < 1.0:
             raise ValueError(f"dropoutl: expected a probability in [0, 1), got {self.dropoutl}")
+        if not (math.isfinite(self.latent_scale) and self.latent_scale > 0):
+            raise ValueError(f"latent_scale: expected a finite value > 0, got {self.latent_scale}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class _MixtureHead(OutputHead):
         self.emsize = emsize
         self.prior = nn.Linear(nhidlast, options.components, bias=False)
         self.latent = nn.Linear(nhidlast, options.components * emsize)
+        if options.latent_scale != 1.0:
+            with torch.no_grad():
+                self.latent.weight.mul_(options.latent_scale)
         # The decoder's bias stays the last parameter, after prior and latent: last.pt keeps
         # the optimizer's state by parameter position.
         self.register_module("decoder", self._modules.pop("decoder"))
