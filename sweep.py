@@ -74,6 +74,10 @@ def parse_args(argv=None):
     parser.add_argument("--submit", action="store_true", help="slurm mode: submit the script with sbatch")
     parser.add_argument("--task", type=int, metavar="I",
                         help="run only the I-th planned run (0-based): what each slurm array task does")
+    parser.add_argument("--train-only", action="store_true",
+                        help="a plan: train, evaluate and rank its runs but leave its finetune_best "
+                             "stage to a later sweep (with --seeds or --limit, so that the best run is "
+                             "chosen among all of an experiment's runs, not the first few)")
     parser.add_argument("--finetune-only", action="store_true",
                         help="a plan: only its finetune_best stage, for the experiments whose runs "
                              "are all trained and evaluated (after a Slurm array, say)")
@@ -96,6 +100,8 @@ def parse_args(argv=None):
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
+    if args.train_only and args.finetune_only:
+        parser.error("--train-only and --finetune-only: give one (neither runs both stages)")
     if args.finetune_only and (args.task is not None or args.mode == "slurm"):
         parser.error("--finetune-only runs the second stage here: not with --task or --mode slurm")
     if args.limit is not None and args.limit < 1:
@@ -108,8 +114,9 @@ def parse_args(argv=None):
             parser.error(f"{given[0]}: {args.config} is a plan, which names its own grids and rank options")
     elif args.report:
         parser.error("--report runs a plan's report commands: give a plan file")
-    elif args.finetune_only:
-        parser.error("--finetune-only runs a plan's finetune_best stage: give a plan file")
+    elif args.finetune_only or args.train_only:
+        parser.error(f"{'--finetune-only' if args.finetune_only else '--train-only'} is about a plan's "
+                     f"finetune_best stage: give a plan file")
     elif not args.out:
         parser.error("--out: give the folder for the run directories (a plan names its own)")
     return args
@@ -215,7 +222,7 @@ def main(argv=None) -> int:
             runs = [runs[args.task]]
         if args.mode == "slurm":
             return write_slurm(args, runs)
-        second_stage = args.task is None
+        second_stage = args.task is None and not args.train_only
         if args.dry_run:
             print_plan([] if args.finetune_only else runs, *(finetune_runs(runs) if second_stage else ((), ())))
             return 0

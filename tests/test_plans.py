@@ -257,7 +257,11 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     assert sweep.main([*argv, "--dry-run"]) == 0
     assert "# then finetuning the best of 3 configs/ptb/softmax.yaml runs: waits for 3 of them" \
         in capsys.readouterr().out
-    assert sweep.main(argv) == 0
+    # --train-only with --seeds: the first seed now, no finetuning of the best of one run
+    assert sweep.main([*argv, "--seeds", "1", "--train-only"]) == 0
+    assert (out / "ptb-softmax-seed1" / "eval_best.json").is_file()
+    assert not any(out.glob("*/finetune")) and "not run:" not in capsys.readouterr().out
+    assert sweep.main(argv) == 0                   # the other seeds, then the best of all three
     val = {s: json.loads((out / f"ptb-softmax-seed{s}" / "eval_best.json").read_text())["val_ppl"]
            for s in (1, 2, 3)}
     best = min(val, key=val.get)
@@ -293,4 +297,7 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
             "older than best.pt; run evaluate.py again)") in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sweep.main(["configs/ptb/softmax.yaml", "--finetune-only", "--out", "x"])
-    assert "--finetune-only runs a plan's finetune_best stage" in capsys.readouterr().err
+    assert "--finetune-only is about a plan's finetune_best stage" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sweep.main([str(plan), "--train-only", "--finetune-only"])
+    assert "--train-only and --finetune-only: give one" in capsys.readouterr().err
