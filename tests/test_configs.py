@@ -10,6 +10,7 @@ import torch
 
 import train
 from analysis.published import PUBLISHED_TABLES
+from launch.plans import load_plan
 from experiment.config import load_config
 from model import build_model, count_parameters
 
@@ -157,7 +158,12 @@ def test_the_miniature_configs_share_one_body_and_halve_sbs_dropout(path):
     if hasattr(mini.head, "dropoutl"):
         assert mini.head.dropoutl == pytest.approx(sb_row.head.dropoutl / 2)
     t = mini.train
-    assert (t.epochs, t.asgd_trigger, t.asgd_switch_epoch) == (6, "et", 4)
-    assert t.epochs - t.asgd_switch_epoch >= t.epochs / 3          # a third of the run averaged
+    # the converged study's schedule (the pilot's), which the 6-epoch plans override with theirs
+    assert (t.epochs, t.asgd_trigger, t.asgd_switch_epoch, t.plateau_gain, t.plateau_window) == \
+        (70, "et", 30, 0.01, 5)
+    for plan in ("sweeps/cpu_seven_heads.yaml", "sweeps/cpu_d_sweep.yaml"):
+        short = load_config(path, list(load_plan(plan).experiments[0].overrides)).train
+        assert (short.epochs, short.asgd_switch_epoch, short.plateau_gain) == (6, 4, None)
+        assert short.epochs - short.asgd_switch_epoch >= short.epochs / 3   # a third of the run averaged
     assert (t.lr, t.batch_size, t.bptt, t.clip, t.alpha, t.beta, t.wdecay) == \
         (sb.train.lr, sb.train.batch_size, sb.train.bptt, sb.train.clip, sb.train.alpha, sb.train.beta, sb.train.wdecay)
