@@ -173,3 +173,17 @@ def test_the_checks_catch_a_broken_link_anchor_and_path(tmp_path, monkeypatch):
     assert [p for p in named if not path_exists(p)] == ["model/heads/nothing.py",
                                                         "benchmarks/bench_nothing.py"]
     assert links(fake) == ["docs/nowhere.md", "results/cpu_ptb/report/curves.png"]
+
+
+def test_the_readmes_cost_table_quotes_the_benchmarks_page():
+    """The step costs under README's heads table are figures docs/benchmarks.md gives with their
+    commands: a number edited on the front page alone fails."""
+    from tests.conftest import doc_section
+    section = doc_section("README.md", "Output heads")
+    rows = [line for line in section.splitlines() if line.startswith("| ") and " MB |" in line]
+    assert len(rows) >= 3, "README's Output heads has no cost table"
+    number = re.compile(r"\d[\d,]*(?:\.\d+)?")
+    page = set(number.findall((REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")))
+    for row in rows:
+        quoted = set(number.findall(row.split("|", 2)[2])) - {"1", "15", "4", "32"}  # K, d, the unit
+        assert quoted <= page, (row, quoted - page)
