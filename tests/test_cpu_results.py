@@ -118,6 +118,10 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
         table = report_table(name)
         assert table and f"\n{table}\n" in page, \
             f"docs/results_cpu.md does not show {name}'s table as the report wrote it"
+    moc = REPO / "results" / "cpu_ptb_moc" / "report" / "moc.md"
+    if moc.is_file():     # the MoC single changes, once some have run
+        table = "\n".join(table_lines(moc.read_text(encoding="utf-8")))
+        assert f"\n{table}\n" in page, "docs/results_cpu.md does not show cpu_ptb_moc's moc.md as the report wrote it"
     shown = figures(page, RESULTS_PAGE)
     assert {f.name for f in shown} >= {"curves.png", "spectra.png", "d_sweep.png"}
     for figure in shown:
