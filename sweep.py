@@ -157,12 +157,20 @@ def print_plan(runs, finetunes=(), waiting=()) -> None:
 
 
 def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
-    """The plan's report.py commands, one after another; the first failure stops them."""
+    """The plan's report.py commands, one after another. One that fails (its error line printed)
+    does not stop the others: a plan in progress reports what its finished runs allow (a table
+    before any run is finetuned, say); the exit code is 2 if any failed, with a last line that
+    names them."""
     import report
+    failed = []
     for arguments in plan.report_commands(out):
         print(f"+ python report.py {shlex.join(arguments)}", flush=True)
         if not dry_run and report.main(arguments) != 0:
-            return 2
+            failed.append(arguments[0])
+    if failed:
+        print(f"error: {len(failed)} of the plan's reports failed ({', '.join(failed)}); "
+              f"the others were written", file=sys.stderr)
+        return 2
     return 0
 
 

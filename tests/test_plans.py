@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import time
 from pathlib import Path
 
@@ -301,3 +302,21 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     with pytest.raises(SystemExit):
         sweep.main([str(plan), "--train-only", "--finetune-only"])
     assert "--train-only and --finetune-only: give one" in capsys.readouterr().err
+
+
+def test_a_failing_report_does_not_stop_the_others(tmp_path, capsys):
+    """A plan in progress reports what its finished runs allow: `methods` fails before any run
+    is finetuned, the table and curves after it are still written, and the exit code says so."""
+    out = tmp_path / "runs"
+    run = Path("results/cpu_ptb_moc/ptb-moc-head.components=1-seed1")
+    shutil.copytree(run, out / run.name)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\nexperiments: [{config: configs/ptb_mini/moc.yaml}]\nreport:\n"
+                    "  - table {out} --out {out}/report/first\n"
+                    "  - methods {out} --out {out}/report/methods\n"
+                    "  - curves {out} --out {out}/report/last\n", encoding="utf-8")
+    assert sweep.main([str(plan), "--report", "--out", str(out)]) == 2
+    assert (out / "report" / "first.md").is_file() and (out / "report" / "last.md").is_file()
+    assert not (out / "report" / "methods.md").exists()
+    err = capsys.readouterr().err
+    assert "error: 1 of the plan's reports failed (methods); the others were written" in err
