@@ -61,29 +61,34 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
 
 def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     """PREFIX.md and PREFIX.csv; returns the Markdown."""
-    costs = []
+    costs, uncounted = [], []
     for run_dir in run_dirs:
         for path, name, finetune in ((run_dir, run_dir.name, False),
                                      (run_dir / FINETUNE_DIR, f"{run_dir.name}/{FINETUNE_DIR}", True)):
             cost = read_cost(path, name, finetune)
             if cost is not None:
                 costs.append(cost)
+            elif not finetune:
+                uncounted.append(name)
     if not costs:
         raise AnalysisError(f"no run has a {CPU_TIMES} (sweep.py writes it for the runs it launches)")
     costs.sort(key=lambda c: (head_order(c.head), c.emsize or 0, c.seed or 0, c.finetune))
     hours = lambda seconds: f"{seconds / 3600:.2f}"       # noqa: E731
-    header = ["Head", "d", "Seed", "Stage", "train.py sittings", "Train CPU h", "Evaluate / rank CPU h",
+    header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Train CPU h", "Evaluate / rank CPU h",
               "CPU h", "Wall h"]
-    lines = [[head_label(c.head), str(c.emsize), str(c.seed), "finetuning" if c.finetune else "training",
+    lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed), "finetuning" if c.finetune else "training",
               str(c.sittings), hours(c.train_cpu_s), hours(c.other_cpu_s), hours(c.cpu_s), hours(c.wall_s)]
              for c in costs]
     total = sum(c.cpu_s for c in costs)
-    lines.append(["**all**", "", "", "", str(sum(c.sittings for c in costs)),
+    lines.append(["**all**", "", "", "", "", str(sum(c.sittings for c in costs)),
                   hours(sum(c.train_cpu_s for c in costs)), hours(sum(c.other_cpu_s for c in costs)),
                   f"**{hours(total)}**", hours(sum(c.wall_s for c in costs))])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
                 f"from their {CPU_TIMES}: {total / 3600:.2f} CPU-hours in all.\n\n"
                 + markdown_table(header, lines))
+    if uncounted:   # trained by hand, or before sweep.py measured: their cost is not in the total
+        markdown += (f"\nNot counted (no {CPU_TIMES}): " + ", ".join(f"`{name}`" for name in uncounted)
+                     + ".\n")
     write_csv(prefixed(out_prefix, ".csv"),
               ["run", "head", "emsize", "seed", "stage", "train_sittings", "train_cpu_s", "other_cpu_s",
                "cpu_s", "wall_s"],

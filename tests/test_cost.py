@@ -32,9 +32,20 @@ def test_cost_adds_up_every_sitting_per_run_and_in_all(tmp_path, capsys):
     rows = list(csv.DictReader(open(f"{out}.csv")))
     assert [(r["run"], r["stage"], r["train_sittings"], float(r["cpu_s"])) for r in rows] == [
         ("a", "training", "2", 5940.0), ("a/finetune", "finetuning", "1", 792.0), ("b", "training", "1", 7200.0)]
-    assert "| Softmax | 32 | 1 | training | 2 | 1.50 | 0.15 | 1.65 | 1.71 |" in text
-    assert "| **all** |  |  |  | 4 | 3.70 | 0.17 | **3.87** |" in text
-    assert "3.87 CPU-hours in all" in text
+    assert "| `a` | Softmax | 32 | 1 | training | 2 | 1.50 | 0.15 | 1.65 | 1.71 |" in text
+    assert "| `a/finetune` | Softmax | 32 | 1 | finetuning | 1 |" in text
+    assert "| **all** |  |  |  |  | 4 | 3.70 | 0.17 | **3.87** |" in text
+    assert "3.87 CPU-hours in all" in text and "Not counted" not in text
+
+
+def test_a_run_without_cpu_times_is_named_as_not_counted(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    make_run(runs, "a", "softmax", [("train.py", 3600, 3700)])
+    (runs / "by-hand").mkdir()
+    (runs / "by-hand" / "config.yaml").write_text("head: {name: mos}\n")
+    assert report.main(["cost", str(runs), "--out", str(tmp_path / "c")]) == 0
+    text = capsys.readouterr().out
+    assert "1.00 CPU-hours in all" in text and "Not counted (no cpu_times.jsonl): `by-hand`." in text
 
 
 def test_runs_without_cpu_times_are_one_line(tmp_path, capsys):
