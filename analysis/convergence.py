@@ -62,12 +62,13 @@ def read_convergence(run_dir: Path, window: int, gain: float) -> Convergence:
 
 
 def verdict(c: Convergence, window: int, gain: float) -> str:
+    if math.isnan(c.gain) and not c.stopped_early:
+        return f"not yet: {c.epochs} epochs, fewer than {window + 1}"
+    if not math.isnan(c.gain) and c.gain < gain:
+        stopped = f" (its early stop ended it after epoch {c.epochs})" if c.stopped_early else ""
+        return f"yes: under {gain:.0%} over the last {window} epochs{stopped}"
     if c.stopped_early:
         return f"yes: the early-stop rule ended it after epoch {c.epochs}"
-    if math.isnan(c.gain):
-        return f"not yet: {c.epochs} epochs, fewer than {window + 1}"
-    if c.converged:
-        return f"yes: under {gain:.0%} over the last {window} epochs"
     unfinished = c.planned is not None and c.epochs < c.planned
     return "not yet (training)" if unfinished else f"no: {c.epochs} epochs trained, still improving"
 
@@ -80,7 +81,7 @@ def write_convergence(run_dirs: Sequence[Path], out_prefix: Path, window: int, g
               f"Last {window} epochs: gain", "Converged"]
     lines = [[head_label(c.head), str(c.emsize), str(c.seed), str(c.epochs) + (f" of {c.planned}" if c.planned else ""),
               str(c.asgd_from or "-"), f"{c.best_val_ppl:.2f} ({c.best_epoch})",
-              "-" if math.isnan(c.gain) else f"{c.gain:.2%}", verdict(c, window, gain)] for c in rows]
+              "-" if math.isnan(c.gain) else f"{c.gain:.3%}", verdict(c, window, gain)] for c in rows]
     markdown = (f"Converged: the best validation perplexity improved by less than {gain:.0%} over the "
                 f"last {window} epochs, or the run's early-stop rule ended it.\n\n"
                 + markdown_table(header, lines))

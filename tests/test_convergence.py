@@ -39,6 +39,9 @@ def test_convergence_says_for_each_run_whether_and_why(tmp_path, capsys):
     make_run(runs, "flat", "softmax", [400, 300, 200, 150, 149.5, 149.3, 149.2, 149.1, 149.0], 3, 9)
     make_run(runs, "falling", "mos", [400, 300, 200, 150, 140, 130, 120, 110, 100], 3, 9, seed=2)
     make_run(runs, "stopped", "gss", [400, 300, 200, 150, 149, 148.9], 3, 40, early_stop=True)
+    # the plateau rule's stop just under 1%: shown with three decimals, not rounded up to 1.00%
+    make_run(runs, "plateau", "mixtape", [400, 300, 200, 126.3564, 126.0, 125.8, 125.5, 125.3, 125.0952], 3, 70,
+             early_stop=True)
     make_run(runs, "training", "ss", [400, 300, 200, 150, 140, 130, 120], 3, 40)
     make_run(runs, "young", "moc", [400, 300], 3, 40)
     out = tmp_path / "report" / "convergence"
@@ -51,7 +54,8 @@ def test_convergence_says_for_each_run_whether_and_why(tmp_path, capsys):
     assert rows["stopped"]["converged"] == "True" and rows["stopped"]["stopped_early"] == "True"
     assert rows["training"]["converged"] == "False" and rows["young"]["gain_last_5"] == ""
     assert rows["flat"]["asgd_from"] == "4"
-    assert "| Softmax | 32 | 1 | 9 of 9 | 4 | 149.00 (9) | 0.67% | yes: under 1% over the last 5 epochs |" in text
+    assert "| Softmax | 32 | 1 | 9 of 9 | 4 | 149.00 (9) | 0.667% | yes: under 1% over the last 5 epochs |" in text
+    assert "| 0.998% | yes: under 1% over the last 5 epochs (its early stop ended it after epoch 9) |" in text
     assert "| MoS | 32 | 2 | 9 of 9 | 4 | 100.00 (9) |" in text and "no: 9 epochs trained, still improving" in text
     assert "yes: the early-stop rule ended it after epoch 6" in text
     assert "not yet (training)" in text and "not yet: 2 epochs, fewer than 6" in text
