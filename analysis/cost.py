@@ -14,7 +14,7 @@ import yaml
 from experiment.run_directory import CPU_TIMES, FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import config_value, head_label, head_order, markdown_table, write_csv
+from .runs import config_value, head_label, head_order, markdown_table, read_metrics, write_csv
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,18 @@ class Cost:
     other_cpu_s: float            # evaluate.py, rank.py
     wall_s: float
     sittings: int                 # train.py commands
+    epochs: int                   # records in metrics.jsonl: the epochs trained over all sittings
 
     @property
     def cpu_s(self) -> float:
         return self.train_cpu_s + self.other_cpu_s
+
+    @property
+    def cpu_s_per_epoch(self) -> float | None:
+        """Training CPU seconds per epoch trained (validation included): unlike the wall time of
+        metrics.jsonl, hardly changed when runs share the cores (the converged Softmax: 119.6 CPU
+        seconds an epoch with three runs on two cores, 1.6 times that in wall time)."""
+        return self.train_cpu_s / self.epochs if self.epochs else None
 
 
 def read_cpu_times(path: Path) -> list[dict]:
@@ -56,7 +64,7 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
     return Cost(name, config_value(config, "head.name") or "?", config_value(config, "model.emsize"),
                 config_value(config, "train.seed"), finetune, sum(r["cpu_s"] for r in train),
                 sum(r["cpu_s"] for r in records if r["script"] != "train.py"),
-                sum(r["wall_s"] for r in records), len(train))
+                sum(r["wall_s"] for r in records), len(train), len(read_metrics(run_dir)))
 
 
 def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
@@ -74,17 +82,23 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
         raise AnalysisError(f"no run has a {CPU_TIMES} (sweep.py writes it for the runs it launches)")
     costs.sort(key=lambda c: (head_order(c.head), c.emsize or 0, c.seed or 0, c.finetune))
     hours = lambda seconds: f"{seconds / 3600:.2f}"       # noqa: E731
-    header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Train CPU h", "Evaluate / rank CPU h",
-              "CPU h", "Wall h"]
-    lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed), "finetuning" if c.finetune else "training",
-              str(c.sittings), hours(c.train_cpu_s), hours(c.other_cpu_s), hours(c.cpu_s), hours(c.wall_s)]
+    per_epoch = lambda c: "-" if c.cpu_s_per_epoch is None else f"{c.cpu_s_per_epoch:.1f}"   # noqa: E731
+    header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Epochs", "Train CPU s/epoch",
+              "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h"]
+    lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed),
+              "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs), per_epoch(c),
+              hours(c.train_cpu_s), hours(c.other_cpu_s), hours(c.cpu_s), hours(c.wall_s)]
              for c in costs]
     total = sum(c.cpu_s for c in costs)
     lines.append(["**all**", "", "", "", "", str(sum(c.sittings for c in costs)),
+                  str(sum(c.epochs for c in costs)), "",
                   hours(sum(c.train_cpu_s for c in costs)), hours(sum(c.other_cpu_s for c in costs)),
                   f"**{hours(total)}**", hours(sum(c.wall_s for c in costs))])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
-                f"from their {CPU_TIMES}: {total / 3600:.2f} CPU-hours in all.\n\n"
+                f"from their {CPU_TIMES}: {total / 3600:.2f} CPU-hours in all. Train CPU s/epoch: the "
+                f"training CPU time over the epochs in metrics.jsonl (validation included; a sitting "
+                f"stopped mid-epoch adds its part-epoch until the run ends), much less changed than "
+                f"wall time when runs share the cores.\n\n"
                 + markdown_table(header, lines))
     if uncounted:   # trained by hand, or before sweep.py measured: their cost is not in the total
         markdown += (f"\nNot counted (no {CPU_TIMES}): " + ", ".join(f"`{name}`" for name in uncounted)
