@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import yaml
 
 from . import AnalysisError
 from .figures import prefixed
-from .runs import config_value, head_label, head_order, markdown_table, read_metrics, write_csv
+from .runs import config_value, head_label, head_order, markdown_table, read_metrics, read_run_config, write_csv
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,7 @@ def read_convergence(run_dir: Path, window: int, gain: float) -> Convergence:
     metrics = read_metrics(run_dir)
     if not metrics:
         raise AnalysisError(f"{run_dir}: no metrics.jsonl (no epoch finished yet)")
-    config_path = run_dir / "config.yaml"
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    config = read_run_config(run_dir)
     val_ppls = [r["val_ppl"] for r in metrics]
     best = min(metrics, key=lambda r: r["val_ppl"])
     averaged = [r["epoch"] for r in metrics if r["optimizer"] == "ASGD"]

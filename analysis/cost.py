@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import yaml
 
 from experiment.run_directory import CPU_TIMES, FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import config_value, head_label, head_order, markdown_table, read_metrics, write_csv
+from .runs import config_value, head_label, head_order, markdown_table, read_metrics, read_run_config, write_csv
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,7 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
     if not path.is_file():
         return None
     records = read_cpu_times(path)
-    config_path = run_dir / "config.yaml"
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    config = read_run_config(run_dir)
     train = [r for r in records if r["script"] == "train.py"]
     return Cost(name, config_value(config, "head.name") or "?", config_value(config, "model.emsize"),
                 config_value(config, "train.seed"), finetune, sum(r["cpu_s"] for r in train),

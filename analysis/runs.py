@@ -91,12 +91,24 @@ def config_value(config: dict, key: str):
     return node
 
 
-def config_matches(run_dir: Path, key: str, values: set[str]) -> bool:
-    """Whether the run's config.yaml has `key` at one of `values`, compared as text."""
+def read_run_config(run_dir: Path) -> dict:
+    """The run's config.yaml as train.py saved it ({} when it has none)."""
     import yaml
     path = run_dir / "config.yaml"
-    config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    value = config_value(config, key)
+    if not path.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise AnalysisError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise AnalysisError(f"{path}: expected a mapping of config sections, got {type(config).__name__}")
+    return config
+
+
+def config_matches(run_dir: Path, key: str, values: set[str]) -> bool:
+    """Whether the run's config.yaml has `key` at one of `values`, compared as text."""
+    value = config_value(read_run_config(run_dir), key)
     return value is not None and str(value) in values
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from experiment.run_directory import RunLock
 from . import AnalysisError
+from .runs import config_value, head_label, read_run_config
 
 SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
                   "f(l)": "singular_values_test_transformed.npy"}
@@ -43,15 +44,33 @@ def normalise(values: np.ndarray) -> np.ndarray:
 Curve = tuple[str, np.ndarray, bool]     # label, singular values, dashed
 
 
+def legend_names(run_dirs: Sequence[Path]) -> list[str]:
+    """Each run's name in the legend: its head, d and seed from config.yaml ("MoS, d = 32, seed
+    1"); the run directory's name where that is not enough to tell two runs apart."""
+    names = []
+    for run_dir in run_dirs:
+        config = read_run_config(run_dir)
+        head = config_value(config, "head.name")
+        if head is None:
+            names.append(run_dir.name)
+            continue
+        parts = [head_label(head)]
+        for key, shown in (("model.emsize", "d = {}"), ("train.seed", "seed {}")):
+            if config_value(config, key) is not None:
+                parts.append(shown.format(config_value(config, key)))
+        names.append(", ".join(parts))
+    return [name if names.count(name) == 1 else run_dir.name for name, run_dir in zip(names, run_dirs)]
+
+
 def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], list[str]]:
     """(label, values, dashed) per curve, and a note per expected file that is missing."""
     curves, missing = [], []
     kinds = list(SPECTRUM_FILES) if transformed else ["log P"]
-    for run_dir in run_dirs:
+    for run_dir, name in zip(run_dirs, legend_names(run_dirs)):
         for kind in kinds:
             values = load_spectrum(run_dir / SPECTRUM_FILES[kind])
             if values is not None:
-                label = run_dir.name + ("" if kind == "log P" else f" {kind}")   # see run_label
+                label = name + ("" if kind == "log P" else f" {kind}")   # see run_label
                 curves.append((label, values, kind != "log P"))
             elif kind == "log P":     # heads without transformed logits have no f(l) file
                 missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} (run python rank.py {run_dir})")

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import yaml
 from scipy import stats
 
 from . import AnalysisError
 from .published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label
 from .runs import (config_value, dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
-                   write_csv)
+                   read_run_config, write_csv)
 
 PPL_COLUMNS = (("train_ppl", "Train ppl"), ("val_ppl", "Validation ppl"), ("test_ppl", "Test ppl"))
 
@@ -60,8 +59,7 @@ class RunResult:
 def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     """Everything a table needs from one run directory; what is absent goes to `missing`."""
     info = read_json(run_dir / "run.json") or {}
-    config_path = run_dir / "config.yaml"
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    config = read_run_config(run_dir)
     dataset = info.get("dataset") or config_value(config, "data.dataset")
     head = info.get("head") or config_value(config, "head.name")
     if dataset is None or head is None:

@@ -65,3 +65,12 @@ def test_a_broken_line_is_named(tmp_path, capsys):
         f.write("{oops\n")
     assert report.main(["cost", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
     assert "cpu_times.jsonl:2: not a JSON line" in capsys.readouterr().err
+
+
+def test_a_broken_config_is_named(tmp_path, capsys):
+    """The report commands read a run's config.yaml through one function: bad YAML is one line."""
+    run = make_run(tmp_path / "runs", "a", "softmax", [("train.py", 1, 1)])
+    (run / "config.yaml").write_text("head: [softmax\n")
+    assert report.main(["cost", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{run / 'config.yaml'}: not valid YAML" in err and "\n" not in err

@@ -193,7 +193,12 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     assert f"missing: {root / 'ptb-ss'}: no singular_values_test_logp.npy" in printed
     curves, missing = collect([root / "ptb-mos", root / "ptb-softmax"], transformed=True)
     assert [(label, dashed) for label, _, dashed in curves] == \
-        [("ptb-mos", False), ("ptb-mos f(l)", True), ("ptb-softmax", False)]
+        [("MoS, seed 1", False), ("MoS, seed 1 f(l)", True), ("Softmax, seed 1", False)]
+    # two runs that the head, d and seed do not tell apart keep their directory names
+    twin = make_run(root, "ptb-mos-lr5", "mos", 1)
+    np.save(twin / "singular_values_test_logp.npy", np.ones(5))
+    assert [label for label, _, _ in collect([root / "ptb-mos", twin, root / "ptb-softmax"], False)[0]] == \
+        ["ptb-mos", "ptb-mos-lr5", "Softmax, seed 1"]
     assert missing == []           # a head without transformed logits has no f(l) file to miss
     np.testing.assert_allclose(normalise(np.array([4.0, 2.0, 1.0])), [1.0, 1 / 3, 0.0])
     with pytest.raises(AnalysisError, match="no singular values found"):
