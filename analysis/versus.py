@@ -68,6 +68,15 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     text = (f"# Test perplexity and Press rank against {key}\n\n" + markdown_table(header, table)
             + f"\nTest ppl: eval_best.json (mean ± std where a point has several runs); Press rank: "
               f"rank_test.json. Figure: {prefixed(out_prefix, '.png').name}\n")
+    if "softmax" in heads:      # the gain of each head over Softmax's at the same value, as read
+        def change(head, value) -> str:
+            if (head, value) not in points or ("softmax", value) not in points:
+                return ""
+            return f"{100 * (points[head, value][0][0] / points['softmax', value][0][0] - 1):+.1f}%"
+        others = [h for h in heads if h != "softmax"]
+        text += (f"\nTest ppl against Softmax's at the same {key} (mean against mean):\n\n"
+                 + markdown_table(["head", *(f"{key} = {v}" for v in values)],
+                                  [[head_label(h), *(change(h, v) for v in values)] for h in others]))
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     write_csv(prefixed(out_prefix, ".csv"), ["head", key, "runs", "test_ppl", "test_ppl_std", "press_rank"],
               [[h, v, points[h, v][2], points[h, v][0][0], points[h, v][0][1], points[h, v][1][0]]

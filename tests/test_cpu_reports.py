@@ -62,6 +62,8 @@ def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
     text = (tmp_path / "versus.md").read_text()
     assert "| Softmax | 300.00 | 255.00 ± 7.07 | 18 | 34 |" in text
     assert "| MoS | 280.00 |  | 9,000 |  |" in text
+    # the change against Softmax's mean at the same d: 280 / 300 - 1; none where Softmax or MoS is missing
+    assert "| head | model.emsize = 16 | model.emsize = 32 |\n|---|---|---|\n| MoS | -6.7% |  |" in text
     with open(tmp_path / "versus.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["head"], r["model.emsize"], r["runs"], r["press_rank"]) for r in rows] == \
