@@ -338,7 +338,9 @@ def build_table(results: Sequence[RunResult], group_by: Sequence[str] = (), base
 
 def missing_section(results: Sequence[RunResult]) -> str:
     lines = [f"- `{r.dir}`: " + "; ".join(r.missing) for r in results if r.missing]
-    return "## Missing or incomplete\n\n" + ("\n".join(lines) if lines else "Nothing is missing.") + "\n"
+    # About the runs found: a plan's runs not trained yet are not in the folder, so not here.
+    complete = "Every run found has all its numbers (runs not yet trained are not in the table)."
+    return "## Missing or incomplete\n\n" + ("\n".join(lines) if lines else complete) + "\n"
 
 
 def published_table(name: str) -> PublishedTable:
