@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-
 from . import AnalysisError
 from .figures import prefixed
 from .runs import config_value, head_label, head_order, markdown_table, read_metrics, read_run_config, write_csv

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-
 from experiment.run_directory import CPU_TIMES, FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed

@@ -56,8 +56,9 @@ def legend_names(run_dirs: Sequence[Path]) -> list[str]:
             continue
         parts = [head_label(head)]
         for key, shown in (("model.emsize", "d = {}"), ("train.seed", "seed {}")):
-            if config_value(config, key) is not None:
-                parts.append(shown.format(config_value(config, key)))
+            value = config_value(config, key)
+            if value is not None:
+                parts.append(shown.format(value))
         names.append(", ".join(parts))
     return [name if names.count(name) == 1 else run_dir.name for name, run_dir in zip(names, run_dirs)]
 
