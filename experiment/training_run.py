@@ -242,6 +242,11 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         if (run_dir / "last.pt").exists():
             raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
                                     f"train.py --resume {run_dir} or choose another run.dir")
+        if (run_dir / "metrics.jsonl").exists():
+            # A run's result files without its checkpoint (committed results, say): a new run
+            # here would append its epochs to that run's record.
+            raise RunDirectoryError(f"{run_dir} holds another run's metrics.jsonl (and no last.pt "
+                                    f"to resume it); choose another run.dir or move it away")
     return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)
 
 

@@ -168,7 +168,11 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
 def validation_ppl(run: PlannedRun) -> float | None:
     """The validation perplexity evaluate.py measured on the run's best.pt, once it has."""
     path = run.dir / "eval_best.json"
-    if not (is_finished(run) and is_fresh(path, run.dir / "best.pt")):
+    if results_only(run):           # its result files alone: the evaluation of the best.pt it had
+        evaluated = recorded_finished(run) and path.is_file()
+    else:
+        evaluated = is_finished(run) and is_fresh(path, run.dir / "best.pt")
+    if not evaluated:
         return None
     try:
         return float(json.loads(path.read_text(encoding="utf-8"))["val_ppl"])
@@ -195,12 +199,18 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
                            f"waits for {len(unready)} of them to be trained and evaluated{note}")
             continue
         best = min(zip(scores, (run.index for run in members), members))[2]
+        finetune_dir = best.dir / FINETUNE_DIR
+        if not (best.dir / "best.pt").is_file() and not (finetune_dir / "metrics.jsonl").is_file():
+            waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: the "
+                           f"best, {best.name}, has its result files but no best.pt to finetune; "
+                           f"copy its checkpoints back in, or move its directory away and train it again")
+            continue
         overrides = experiment.finetune_best.overrides
         try:
             config = load_config(best.dir / "config.yaml", [*finetune_overrides(best.dir), *overrides])
         except ConfigError as e:
             raise LaunchError(f"finetune_best of {experiment.config}: {e}") from None
-        ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", best.dir / FINETUNE_DIR,
+        ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", finetune_dir,
                                 best.dir / "config.yaml", overrides, config,
                                 experiment.finetune_best.analyses, finetune_of=best.dir))
     return [dataclasses.replace(run, index=i, count=len(ready)) for i, run in enumerate(ready)], waiting
@@ -276,12 +286,46 @@ def is_finished(run: PlannedRun) -> bool:
     return progress.finished or progress.completed_epochs >= run.config.train.epochs
 
 
+def results_only(run: PlannedRun) -> bool:
+    """The run directory holds a run's record (metrics.jsonl) but no checkpoint: the result files
+    of a run trained elsewhere, as this repository commits them (results/cpu_*: everything but the
+    checkpoints), or a run whose last.pt was lost."""
+    return (run.dir / "metrics.jsonl").is_file() and not (run.dir / "last.pt").is_file()
+
+
+def check_results_only(run: PlannedRun) -> list:
+    """Nothing to do for a results-only run that finished with every result the plan asks of it;
+    otherwise a LaunchError naming what is missing. Training it again here would append a second
+    run to its metrics.jsonl, and its analyses need the checkpoint it does not have."""
+    check_same_experiment(run)
+    wanted = ["eval_best.json", *(analysis.result for analysis in run.analyses)]
+    missing = [name for name in wanted if not (run.dir / name).is_file()]
+    if not recorded_finished(run):
+        missing.insert(0, "the rest of its training")
+    if not missing:
+        return []
+    raise LaunchError(f"{run.dir} holds a run's result files but not its checkpoint (last.pt), so "
+                      f"{', '.join(missing)} cannot be done here; copy its last.pt and best.pt back "
+                      f"in, or move the directory away to train it again")
+
+
+def recorded_finished(run: PlannedRun) -> bool:
+    """Whether metrics.jsonl's last epoch ended the run (its early stop, or the last epoch)."""
+    try:
+        last = json.loads((run.dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+        return bool(last.get("early_stop")) or int(last["epoch"]) >= run.config.train.epochs
+    except (IndexError, ValueError, KeyError, TypeError):
+        return False
+
+
 def pending_commands(run: PlannedRun) -> list[list[str]]:
     """The commands still needed for `run`, in order (empty: nothing left to do): training (or
     resuming it), evaluate.py, then each of the run's analyses whose result is missing or older
     than best.pt."""
     py = sys.executable
     commands = []
+    if results_only(run):
+        return check_results_only(run)
     if not (run.dir / "last.pt").is_file():
         source = ["--finetune", str(run.finetune_of)] if run.finetune_of else [str(run.config_path)]
         commands.append([py, str(SCRIPTS["train"]), *source, *run.overrides])
@@ -353,7 +397,8 @@ def execute(run: PlannedRun, commands: list[list[str]], env: dict | None = None,
 
 def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     if not commands:
-        return "finished and evaluated: skip"
+        kept = " (its result files; no checkpoint)" if results_only(run) else ""
+        return f"finished and evaluated{kept}: skip"
     first = commands[0]
     if Path(first[1]).name != "train.py":
         return "finished: " + ", ".join(Path(c[1]).stem for c in commands)

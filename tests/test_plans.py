@@ -296,6 +296,19 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
     assert ("waits for 1 of them to be trained and evaluated (ptb-softmax-seed2: eval_best.json is "
             "older than best.pt; run evaluate.py again)") in capsys.readouterr().out
+    # The runs' result files without their checkpoints (a fresh clone of committed results): the
+    # best run is still the best, and the finetuning says it has nothing to start from.
+    evaluated.touch()
+    shutil.rmtree(finetuned)
+    for checkpoint in out.glob("*/*.pt"):
+        checkpoint.unlink()
+    calls.clear()
+    capsys.readouterr()
+    assert sweep.main([*argv, "--finetune-only"]) == 0
+    assert calls == [] and not finetuned.exists()
+    assert (f"not run: finetuning the best of 3 configs/ptb/softmax.yaml runs: the best, "
+            f"ptb-softmax-seed{best}, has its result files but no best.pt to finetune; copy its "
+            f"checkpoints back in, or move its directory away and train it again") in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sweep.main(["configs/ptb/softmax.yaml", "--finetune-only", "--out", "x"])
     assert "--finetune-only is about a plan's finetune_best stage" in capsys.readouterr().err

@@ -122,6 +122,45 @@ def test_an_interrupted_run_is_resumed_and_finished_ones_are_skipped(
     assert [Path(c[1]).name for c in commands] == ["evaluate.py"]
 
 
+def test_result_files_without_checkpoints_are_a_finished_run_not_a_new_one(
+        swept, overrides, tmp_path, monkeypatch, capsys):
+    """A fresh clone holds the committed runs' result files but not their checkpoints: the sweep
+    skips them, and neither trains them again (which would append to their metrics.jsonl) nor
+    evaluates them; what it cannot do without the checkpoint it names, and trains nothing there."""
+    out = tmp_path / "sweep"
+    shutil.copytree(swept[0], out)
+    for checkpoint in out.glob("*/*.pt"):
+        checkpoint.unlink()
+    before = {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)}
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    args = [CONFIG, *overrides, "--seeds", "1", "2", "--out", str(out)]
+    assert sweep.main(args) == 0
+    assert commands == [] and {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)} == before
+    assert capsys.readouterr().out.count("finished and evaluated (its result files; no checkpoint): skip") == 2
+
+    (out / "ptb-softmax-seed1" / "eval_best.json").unlink()            # never evaluated
+    metrics = out / "ptb-softmax-seed2" / "metrics.jsonl"               # killed in its first epoch's line
+    metrics.write_text(metrics.read_text()[:20])
+    assert sweep.main(args) == 1
+    printed = capsys.readouterr().out
+    assert commands == []
+    assert (f"{out / 'ptb-softmax-seed1'} holds a run's result files but not its checkpoint (last.pt), "
+            f"so eval_best.json cannot be done here; copy its last.pt and best.pt back in, or move the "
+            f"directory away to train it again") in printed
+    assert "so the rest of its training cannot be done here" in printed
+
+
+def test_train_refuses_a_new_run_over_another_runs_metrics(small_data, tmp_path, capsys):
+    run_dir = tmp_path / "kept"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    assert train.main([CONFIG, f"data.data_dir={small_data}", *TINY, f"run.dir={run_dir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{run_dir} holds another run's metrics.jsonl (and no last.pt to resume it)" in err
+    assert (run_dir / "metrics.jsonl").read_text() == '{"epoch": 1}\n' and not (run_dir / "last.pt").exists()
+
+
 def test_a_run_directory_of_another_experiment_is_refused(swept, overrides, tmp_path, monkeypatch, capsys):
     out = tmp_path / "sweep"
     shutil.copytree(swept[0], out)
