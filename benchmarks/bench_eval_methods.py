@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import timed  # noqa: E402
+from benchmarks.common import run_benchmark, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify  # noqa: E402
 from evaluation import cache, dynamic  # noqa: E402
@@ -80,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

@@ -53,7 +53,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import TrainerStep, interleaved_times, medians, synchronize  # noqa: E402
+from benchmarks.common import TrainerStep, interleaved_times, medians, run_benchmark, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from model.heads import HEADS  # noqa: E402
@@ -206,10 +206,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"compile {not args.no_compile}, shapes {args.shapes}"
           + (f", MoS K = {args.mos_components}" if args.mos_components else ""))
+    corpus = None if args.head_only else load_corpus("ptb")   # before any timing: a missing corpus stops it at once
     head_times = medians(interleaved_times({n: c.step for n, c in cases.items()}, args.reps, args.warmup, device))
     full = {}
-    if not args.head_only:
-        corpus = load_corpus("ptb")
+    if corpus is not None:
         full = {name: TrainerStep(setups[head_of[name]][0], corpus, device,
                                   head_overrides(head_of[name], not args.no_compile, args.mos_components))
                 for name in names}
@@ -241,4 +241,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

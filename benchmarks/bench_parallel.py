@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import TrainerStep, median_step  # noqa: E402
+from benchmarks.common import TrainerStep, median_step, run_benchmark  # noqa: E402
 from data import load_corpus  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.distributed import World, exit_process  # noqa: E402
@@ -197,5 +197,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)
     exit_process(0)

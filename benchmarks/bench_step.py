@@ -30,7 +30,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import train  # noqa: E402
-from benchmarks.common import TrainerStep, interleaved_times, medians, timed  # noqa: E402
+from benchmarks.common import TrainerStep, interleaved_times, medians, run_benchmark, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
@@ -138,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

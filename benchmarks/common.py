@@ -12,9 +12,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import train  # noqa: E402
-from experiment.config import load_config  # noqa: E402
+from data.download import DataError  # noqa: E402
+from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.loading import keep_freed_host_memory, set_float32_precision  # noqa: E402
 from model import build_model, word_counts  # noqa: E402
+
+
+def run_benchmark(main) -> None:
+    """A benchmark's entry point: bad input (no corpus where AWD_DATA_DIR points, a config that
+    does not load) is one line and exit 2, not a traceback."""
+    try:
+        main()
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 class TrainerStep:

@@ -33,3 +33,10 @@ def test_bench_step_takes_a_device():
     proc = subprocess.run([sys.executable, "benchmarks/bench_step.py", "--device", "gpu"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --device: expected")
+
+
+def test_a_benchmarks_bad_input_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "benchmarks/bench_step.py", "--config", "configs/ptb_mini/nope.yaml"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: {REPO / 'configs/ptb_mini/nope.yaml'}: config file not found"

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.heads.mixtape import MixtapeHead, MixtapeOptions
-from model.kernels.mixtape import sigmoid_tree
+from model.kernels.mixtape import narrow_linear, sigmoid_tree
 
 V, E, NHIDLAST, T, B = 17, 6, 5, 4, 3
 
@@ -54,6 +54,15 @@ def test_sigmoid_tree_of_eight_leaves_follows_the_heap_order():
     logits = torch.randn(7, 1, dtype=torch.float64)
     s = torch.sigmoid(logits[:, 0])
     torch.testing.assert_close(sigmoid_tree(logits)[6, 0], (1 - s[0]) * (1 - s[2]) * s[6])
+
+
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_narrow_linear_is_f_linear_with_its_gradients(needs):
+    torch.manual_seed(3)
+    inputs = torch.randn(5, 4, 3, 8, dtype=torch.float64, requires_grad=needs[0])
+    weight = torch.randn(30, 8, dtype=torch.float64, requires_grad=needs[1])
+    assert torch.equal(narrow_linear(inputs, weight), torch.nn.functional.linear(inputs, weight))
+    assert torch.autograd.gradcheck(narrow_linear, (inputs, weight))
 
 
 def test_word_counts_order_the_vocabulary_most_frequent_first_ties_by_id():

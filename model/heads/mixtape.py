@@ -36,7 +36,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..body import keep_mask, locked_dropout
-from ..kernels.mixtape import gated_logits, sigmoid_tree, target_log_probs
+from ..kernels.mixtape import gated_logits, narrow_linear, sigmoid_tree, target_log_probs
 from .base import HeadOutput, OutputHead
 
 
@@ -116,9 +116,9 @@ class MixtapeHead(OutputHead):
         products = None
         if k > 1 and self.frequent:
             features = locked_dropout(torch.tanh(self.gate_features(g)), o.dropout_gates, self.training)
-            # 2-D products throughout (F.linear, torch.bmm): torch.matmul picks its kernel by whether
+            # 2-D products throughout (F.linear, narrow_linear, torch.bmm): torch.matmul picks its kernel by whether
             # autograd records, and the same scores must come out with and without a graph.
-            products = F.linear(features.view(t, b, k - 1, o.gate_dim), self.gate_embedding)
+            products = narrow_linear(features.view(t, b, k - 1, o.gate_dim), self.gate_embedding)
         frequent_mask = infrequent_mask = None
         if self.training and o.dropout_logits > 0:
             if self.frequent:
@@ -175,7 +175,7 @@ class MixtapeHead(OutputHead):
         infrequent = F.linear(mixed, weight[infrequent_ids], bias[infrequent_ids])
         if not self.frequent:
             return mixed.new_empty(n, 0), infrequent
-        component_logits = F.linear(contexts, weight[frequent_ids])              # (T, B, K, F)
+        component_logits = narrow_linear(contexts, weight[frequent_ids])         # (T, B, K, F)
         if frequent_mask is not None:
             component_logits = component_logits * frequent_mask
         component_logits = component_logits.view(n, k, self.frequent)
