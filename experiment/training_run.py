@@ -242,11 +242,12 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         if (run_dir / "last.pt").exists():
             raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
                                     f"train.py --resume {run_dir} or choose another run.dir")
-        if (run_dir / "metrics.jsonl").exists():
-            # A run's result files without its checkpoint (committed results, say): a new run
-            # here would append its epochs to that run's record.
-            raise RunDirectoryError(f"{run_dir} holds another run's metrics.jsonl (and no last.pt "
-                                    f"to resume it); choose another run.dir or move it away")
+        if (run_dir / "eval_best.json").exists():
+            # An evaluated run's result files without its checkpoint (committed results, say): a
+            # new run would start that run's metrics.jsonl over beside its old evaluation. (A run
+            # killed before its first last.pt has no evaluation: the same command starts it again.)
+            raise RunDirectoryError(f"{run_dir} holds an evaluated run (eval_best.json) and no "
+                                    f"last.pt to resume it; choose another run.dir or move it away")
     return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)
 
 

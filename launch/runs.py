@@ -200,7 +200,8 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
             continue
         best = min(zip(scores, (run.index for run in members), members))[2]
         finetune_dir = best.dir / FINETUNE_DIR
-        if not (best.dir / "best.pt").is_file() and not (finetune_dir / "metrics.jsonl").is_file():
+        started = any((finetune_dir / name).is_file() for name in ("last.pt", "eval_best.json"))
+        if not (best.dir / "best.pt").is_file() and not started:
             waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: the "
                            f"best, {best.name}, has its result files but no best.pt to finetune; "
                            f"copy its checkpoints back in, or move its directory away and train it again")
@@ -287,19 +288,20 @@ def is_finished(run: PlannedRun) -> bool:
 
 
 def results_only(run: PlannedRun) -> bool:
-    """The run directory holds a run's record (metrics.jsonl) but no checkpoint: the result files
-    of a run trained elsewhere, as this repository commits them (results/cpu_*: everything but the
-    checkpoints), or a run whose last.pt was lost."""
-    return (run.dir / "metrics.jsonl").is_file() and not (run.dir / "last.pt").is_file()
+    """The run directory holds a run's evaluation but no checkpoint: the result files of a run
+    trained elsewhere, as this repository commits them (results/cpu_*: everything but the
+    checkpoints), or a run whose last.pt was lost. (A run killed before its first last.pt has
+    no evaluation: it is trained again from the start, as train.py does with the same command.)"""
+    return (run.dir / "eval_best.json").is_file() and not (run.dir / "last.pt").is_file()
 
 
 def check_results_only(run: PlannedRun) -> list:
     """Nothing to do for a results-only run that finished with every result the plan asks of it;
-    otherwise a LaunchError naming what is missing. Training it again here would append a second
-    run to its metrics.jsonl, and its analyses need the checkpoint it does not have."""
+    otherwise a LaunchError naming what is missing. Training it again here would start its
+    metrics.jsonl over beside the old run's evaluation, and its analyses need the checkpoint it
+    does not have."""
     check_same_experiment(run)
-    wanted = ["eval_best.json", *(analysis.result for analysis in run.analyses)]
-    missing = [name for name in wanted if not (run.dir / name).is_file()]
+    missing = [analysis.result for analysis in run.analyses if not (run.dir / analysis.result).is_file()]
     if not recorded_finished(run):
         missing.insert(0, "the rest of its training")
     if not missing:

@@ -139,25 +139,28 @@ def test_result_files_without_checkpoints_are_a_finished_run_not_a_new_one(
     assert commands == [] and {seed: mtimes(out / f"ptb-softmax-seed{seed}") for seed in (1, 2)} == before
     assert capsys.readouterr().out.count("finished and evaluated (its result files; no checkpoint): skip") == 2
 
-    (out / "ptb-softmax-seed1" / "eval_best.json").unlink()            # never evaluated
-    metrics = out / "ptb-softmax-seed2" / "metrics.jsonl"               # killed in its first epoch's line
+    metrics = out / "ptb-softmax-seed2" / "metrics.jsonl"               # its evaluation of an unfinished run
     metrics.write_text(metrics.read_text()[:20])
-    assert sweep.main(args) == 1
+    assert sweep.main([*args, "--rank"]) == 1
     printed = capsys.readouterr().out
     assert commands == []
     assert (f"{out / 'ptb-softmax-seed1'} holds a run's result files but not its checkpoint (last.pt), "
-            f"so eval_best.json cannot be done here; copy its last.pt and best.pt back in, or move the "
+            f"so rank_test.json cannot be done here; copy its last.pt and best.pt back in, or move the "
             f"directory away to train it again") in printed
-    assert "so the rest of its training cannot be done here" in printed
+    assert "so the rest of its training, rank_test.json cannot be done here" in printed
 
 
-def test_train_refuses_a_new_run_over_another_runs_metrics(small_data, tmp_path, capsys):
+def test_train_refuses_a_new_run_over_an_evaluated_runs_results(small_data, tmp_path, capsys):
+    """(A run killed before its first last.pt has no evaluation, and the same command starts it
+    again: test_train_guard_rails.py.)"""
     run_dir = tmp_path / "kept"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (run_dir / "eval_best.json").write_text('{"val_ppl": 100.0}\n')
     assert train.main([CONFIG, f"data.data_dir={small_data}", *TINY, f"run.dir={run_dir}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{run_dir} holds another run's metrics.jsonl (and no last.pt to resume it)" in err
+    assert err.endswith(f"{run_dir} holds an evaluated run (eval_best.json) and no last.pt to resume it; "
+                        f"choose another run.dir or move it away") and "\n" not in err
     assert (run_dir / "metrics.jsonl").read_text() == '{"epoch": 1}\n' and not (run_dir / "last.pt").exists()
 
 
