@@ -33,7 +33,6 @@ import contextlib
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -44,8 +43,8 @@ from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimize
 from experiment.config import Config
 from experiment.distributed import DistributedError, World, exit_process
 from evaluation.loop import evaluate_nll
-from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, epoch_record,
-                                 keep_epochs)
+from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, clock,
+                                 epoch_record, keep_epochs)
 from experiment.run_directory import RunDirectoryError, write_text_atomic
 from experiment.training_run import (PreparedRun, RunRefused, StopSignals, finish_message,
                                      lost_process_message, non_finite_message, on_every_rank,
@@ -194,11 +193,11 @@ class Trainer:
         steps = self.train_data.size(0)
         display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2)
                    if self.world.is_main else SilentProgress())
-        started = time.time()
+        started = clock()
         try:
             while p.position < steps - 1 - 1:
                 if (run.max_steps and p.step >= run.max_steps) or self.stop_signal:
-                    p.epoch_seconds += time.time() - started
+                    p.add_time(started)
                     self.save_last()
                     return False
                 nll = self.train_step()
@@ -210,18 +209,20 @@ class Trainer:
                 # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
                 if (run.checkpoint_every_steps and p.step % run.checkpoint_every_steps == 0
                         and p.position < steps - 2):
-                    p.epoch_seconds += time.time() - started
-                    started = time.time()
+                    p.add_time(started)
+                    started = clock()
                     self.save_last()
         finally:
             display.close()
-        p.epoch_seconds += time.time() - started
+        p.add_time(started)
         return True
 
     def end_epoch(self) -> None:
         """Validate, keep the best model, maybe switch to ASGD, log, write last.pt."""
         t, p = self.config.train, self.progress
+        started = clock()
         val_loss = self.validate()
+        p.add_time(started, training=False)
         if val_loss < p.best_val:
             p.best_val = val_loss
         record = epoch_record(p, val_loss, "ASGD" if self.averaging else "SGD", t.lr)

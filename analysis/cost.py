@@ -1,7 +1,20 @@
-"""What the runs cost (report.py cost): CPU hours per run and in all, from the cpu_times.jsonl that
-sweep.py writes into each run directory (one line per command it ran there: train.py, each
-sitting of a run trained over several; evaluate.py; rank.py), the run's finetuning (RUN/finetune)
-counted on a row of its own."""
+"""What the runs cost (report.py cost): CPU hours per run and in all, the run's finetuning
+(RUN/finetune) counted on a row of its own.
+
+Two records, because a sitting can end without a word (a machine stopped, kill -9):
+- cpu_times.jsonl, which sweep.py writes into each run directory when a command it ran there
+  ends: one line per command (train.py, each sitting of a run trained over several; evaluate.py;
+  rank.py) with its CPU and wall seconds. A killed sitting has no line.
+- metrics.jsonl's `cpu_seconds`, which train.py writes with each epoch (the epoch's CPU time,
+  training and validation), so a killed sitting keeps the cost of every epoch it finished.
+  sweep.py marks the train.py lines of such sittings `"cpu_in_metrics": true`, so that their CPU
+  time is counted once, from the epochs.
+A run's training CPU time is its epochs' `cpu_seconds` plus the train.py lines without the mark
+(the sittings of train.py versions before `cpu_seconds`). Whether every sitting has its line:
+every epoch's training wall time (`seconds`) was spent inside a sitting, so the lines' wall time
+adds up to at least the epochs' unless a sitting is missing; then the wall hours are a lower
+bound, and so is the CPU time of epochs without `cpu_seconds`, unless a line marked
+`"estimated"` (saying how) stands for the missing sitting."""
 from __future__ import annotations
 
 import json
@@ -27,10 +40,23 @@ class Cost:
     wall_s: float
     sittings: int                 # train.py commands
     epochs: int                   # records in metrics.jsonl: the epochs trained over all sittings
+    every_sitting: bool           # every sitting that trained an epoch has its cpu_times line
+    cpu_lower_bound: bool         # epochs whose CPU time is in no record: train_cpu_s is at least
+    estimated: tuple[str, ...]    # how, for each line that stands for a missing sitting
 
     @property
     def cpu_s(self) -> float:
         return self.train_cpu_s + self.other_cpu_s
+
+    @property
+    def record(self) -> str:
+        """How complete the figures are: "complete", "cpu lower bound", "wall lower bound" (a
+        killed sitting whose epochs kept their cpu_seconds) or "sitting estimated"."""
+        if self.estimated:
+            return "sitting estimated"
+        if self.cpu_lower_bound:
+            return "cpu lower bound"
+        return "complete" if self.every_sitting else "wall lower bound"
 
     @property
     def cpu_s_per_epoch(self) -> float | None:
@@ -57,11 +83,17 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
         return None
     records = read_cpu_times(path)
     config = read_run_config(run_dir)
+    metrics = read_metrics(run_dir)
     train = [r for r in records if r["script"] == "train.py"]
+    epochs_cpu = sum(m["cpu_seconds"] for m in metrics if "cpu_seconds" in m)
+    sittings_cpu = sum(r["cpu_s"] for r in train if not r.get("cpu_in_metrics"))
+    every_sitting = sum(r["wall_s"] for r in train) >= sum(m.get("seconds", 0.0) for m in metrics)
     return Cost(name, config_value(config, "head.name") or "?", config_value(config, "model.emsize"),
-                config_value(config, "train.seed"), finetune, sum(r["cpu_s"] for r in train),
+                config_value(config, "train.seed"), finetune, epochs_cpu + sittings_cpu,
                 sum(r["cpu_s"] for r in records if r["script"] != "train.py"),
-                sum(r["wall_s"] for r in records), len(train), len(read_metrics(run_dir)))
+                sum(r["wall_s"] for r in records), len(train), len(metrics), every_sitting,
+                not every_sitting and any("cpu_seconds" not in m for m in metrics),
+                tuple(str(r["estimated"]) for r in train if "estimated" in r))
 
 
 def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
@@ -78,34 +110,48 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     if not costs:
         raise AnalysisError(f"no run has a {CPU_TIMES} (sweep.py writes it for the runs it launches)")
     costs.sort(key=lambda c: (head_order(c.head), c.emsize or 0, c.seed or 0, c.finetune))
-    hours = lambda seconds: f"{seconds / 3600:.2f}"       # noqa: E731
-    per_epoch = lambda c: "-" if c.cpu_s_per_epoch is None else f"{c.cpu_s_per_epoch:.1f}"   # noqa: E731
+    hours = lambda seconds, at_least=False: ("≥ " if at_least else "") + f"{seconds / 3600:.2f}"   # noqa: E731
+    per_epoch = lambda c: ("-" if c.cpu_s_per_epoch is None or c.cpu_lower_bound   # noqa: E731
+                           else f"{c.cpu_s_per_epoch:.1f}")
+    marked = lambda c: "*" if c.estimated else ""       # noqa: E731
     header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Epochs", "Train CPU s/epoch",
               "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h"]
     lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed),
-              "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs), per_epoch(c),
-              hours(c.train_cpu_s), hours(c.other_cpu_s), hours(c.cpu_s), hours(c.wall_s)]
+              "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs),
+              per_epoch(c) + marked(c), hours(c.train_cpu_s, c.cpu_lower_bound) + marked(c),
+              hours(c.other_cpu_s), hours(c.cpu_s, c.cpu_lower_bound) + marked(c),
+              hours(c.wall_s, not c.every_sitting)]
              for c in costs]
     total = sum(c.cpu_s for c in costs)
+    cpu_at_least = any(c.cpu_lower_bound for c in costs)
     lines.append(["**all**", "", "", "", "", str(sum(c.sittings for c in costs)),
                   str(sum(c.epochs for c in costs)), "",
-                  hours(sum(c.train_cpu_s for c in costs)), hours(sum(c.other_cpu_s for c in costs)),
-                  f"**{hours(total)}**", hours(sum(c.wall_s for c in costs))])
+                  hours(sum(c.train_cpu_s for c in costs), cpu_at_least), hours(sum(c.other_cpu_s for c in costs)),
+                  f"**{hours(total, cpu_at_least)}**",
+                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs))])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
-                f"from their {CPU_TIMES}: {total / 3600:.2f} CPU-hours in all. Train CPU s/epoch: the "
-                f"training CPU time over the epochs in metrics.jsonl (validation included; a sitting "
-                f"stopped mid-epoch adds its part-epoch until the run ends), much less changed than "
-                f"wall time when runs share the cores.\n\n"
+                f"from their {CPU_TIMES} and the epochs' cpu_seconds in metrics.jsonl: "
+                f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all. Train CPU "
+                f"s/epoch: the training CPU time over the epochs in metrics.jsonl (validation included; "
+                f"a sitting stopped mid-epoch adds its part-epoch until the run ends), much less "
+                f"changed than wall time when runs share the cores.\n\n"
                 + markdown_table(header, lines))
+    if not all(c.every_sitting for c in costs):
+        markdown += ("\n≥: a sitting of train.py ended without its line in cpu_times.jsonl (killed): "
+                     "its wall time is missing, and so is its CPU time where its epochs have no "
+                     "cpu_seconds.\n")
+    for c in costs:
+        for how in c.estimated:
+            markdown += f"\n*: `{c.run}`, a sitting estimated: {how}\n"
     if uncounted:   # trained by hand, or before sweep.py measured: their cost is not in the total
         markdown += (f"\nNot counted (no {CPU_TIMES}): " + ", ".join(f"`{name}`" for name in uncounted)
                      + ".\n")
     write_csv(prefixed(out_prefix, ".csv"),
               ["run", "head", "emsize", "seed", "stage", "train_sittings", "train_cpu_s", "other_cpu_s",
-               "cpu_s", "wall_s"],
+               "cpu_s", "wall_s", "record"],
               [[c.run, c.head, c.emsize, c.seed, "finetuning" if c.finetune else "training", c.sittings,
-                round(c.train_cpu_s, 2), round(c.other_cpu_s, 2), round(c.cpu_s, 2), round(c.wall_s, 2)]
-               for c in costs])
+                round(c.train_cpu_s, 2), round(c.other_cpu_s, 2), round(c.cpu_s, 2), round(c.wall_s, 2),
+                c.record] for c in costs])
     path = prefixed(out_prefix, ".md")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(markdown, encoding="utf-8")

@@ -41,6 +41,12 @@ from evaluation.loop import perplexity
 from .run_directory import write_text_atomic
 
 
+def clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds) now; the CPU seconds are this process's, every thread's, user
+    and system (under torchrun, one rank's)."""
+    return time.time(), time.process_time()
+
+
 @dataclass
 class TrainingProgress:
     """Where a training run stands; last.pt holds it as the plain dict `to_dict` gives."""
@@ -51,7 +57,9 @@ class TrainingProgress:
     hidden: Optional[list] = None           # per column chunk, [(h, c) per layer], carried across steps
     epoch_nll_sum: float = 0.0              # training NLL summed over the epoch's tokens so far
     epoch_tokens: int = 0
-    epoch_seconds: float = 0.0
+    epoch_seconds: float = 0.0              # wall seconds of the epoch's training steps (its speed)
+    epoch_cpu_seconds: float = 0.0          # this process's CPU seconds on the epoch, training and
+                                            # validation (its cost; a killed sitting keeps its epochs')
     val_history: list = field(default_factory=list)   # validation loss of every finished epoch
     best_val: float = math.inf
     asgd_start_epoch: Optional[int] = None  # the first epoch trained with averaging
@@ -69,7 +77,16 @@ class TrainingProgress:
         """The epoch is done: move to the next one, from the start of the training stream."""
         self.epoch += 1
         self.position, self.hidden = 0, None
-        self.epoch_nll_sum, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0.0
+        self.epoch_nll_sum, self.epoch_tokens = 0.0, 0
+        self.epoch_seconds, self.epoch_cpu_seconds = 0.0, 0.0
+
+    def add_time(self, since: tuple[float, float], training: bool = True) -> None:
+        """Charge the time since `since` (a clock()) to the epoch: its CPU seconds always, its
+        wall seconds only for training steps (the speed figure leaves validation out)."""
+        wall, cpu = clock()
+        if training:
+            self.epoch_seconds += wall - since[0]
+        self.epoch_cpu_seconds += cpu - since[1]
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(dataclasses.replace(self, hidden=None))
@@ -174,6 +191,7 @@ def epoch_record(progress: TrainingProgress, val_loss: float, optimizer: str, lr
     train_nll = progress.epoch_train_nll
     return {"epoch": progress.epoch, "step": progress.step, "optimizer": optimizer,
             "lr": lr, "seconds": round(progress.epoch_seconds, 3),
+            "cpu_seconds": round(progress.epoch_cpu_seconds, 3),
             "train_loss": train_nll, "train_ppl": perplexity(train_nll),
             "val_loss": val_loss, "val_ppl": perplexity(val_loss),
             "best_val_ppl": perplexity(progress.best_val)}

@@ -358,9 +358,9 @@ def run_command(command: list[str], env: dict | None = None, log: IO | None = No
         except KeyboardInterrupt:
             # Ctrl-C reached the child too: let train.py save last.pt before the sweep stops.
             code, usage = _wait(proc)
-            _account(account, command, usage, started)
+            record_cpu_time(account, command, usage, started)
             raise
-    _account(account, command, usage, started)
+    record_cpu_time(account, command, usage, started)
     return code
 
 
@@ -373,13 +373,18 @@ def _wait(proc: subprocess.Popen):
     return proc.returncode, usage
 
 
-def _account(path: Path | None, command: list[str], usage, started: float) -> None:
+def record_cpu_time(path: Path | None, command: list[str], usage, started: float) -> None:
+    """Append the command's line to `path` (a run's cpu_times.jsonl): its CPU seconds from
+    `usage` (ru_utime, ru_stime), its wall seconds since `started`."""
     if path is None or usage is None or not path.parent.is_dir():
         return
-    record = {"script": Path(command[1]).name if len(command) > 1 else command[0],
+    script = Path(command[1]).name if len(command) > 1 else command[0]
+    record = {"script": script,
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "user_s": round(usage.ru_utime, 2),
               "sys_s": round(usage.ru_stime, 2), "wall_s": round(time.time() - started, 2),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))}
+    if script == "train.py":      # its epochs' CPU time is in metrics.jsonl: analysis/cost.py counts it there
+        record["cpu_in_metrics"] = True
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 

@@ -9,16 +9,27 @@ import yaml
 import report
 
 
-def make_run(folder, name, head, times, emsize=32, seed=1, epochs=0):
+def make_run(folder, name, head, times, emsize=32, seed=1, epochs=0, epoch_records=None):
+    """A run directory: `times` its cpu_times.jsonl lines (script, CPU s, wall s[, more keys]),
+    `epochs` bare metrics.jsonl records (or `epoch_records`, the records' extra keys)."""
     run_dir = folder / name
     run_dir.mkdir(parents=True)
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1}) + "\n" for e in range(epochs)))
+    records = epoch_records if epoch_records is not None else [{}] * epochs
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, **r}) + "\n"
+                                                   for e, r in enumerate(records)))
     (run_dir / "config.yaml").write_text(yaml.safe_dump({"head": {"name": head}, "model": {"emsize": emsize},
                                                          "train": {"seed": seed}}))
     (run_dir / "cpu_times.jsonl").write_text("".join(
-        json.dumps({"script": script, "cpu_s": cpu, "user_s": cpu, "sys_s": 0.0, "wall_s": wall}) + "\n"
-        for script, cpu, wall in times))
+        json.dumps({"script": t[0], "cpu_s": t[1], "user_s": t[1], "sys_s": 0.0, "wall_s": t[2],
+                    **(t[3] if len(t) > 3 else {})}) + "\n"
+        for t in times))
     return run_dir
+
+
+def cost_rows(runs, tmp_path, capsys):
+    out = tmp_path / "report" / "cost"
+    assert report.main(["cost", str(runs), "--out", str(out)]) == 0
+    return {r["run"]: r for r in csv.DictReader(open(f"{out}.csv"))}, capsys.readouterr().out
 
 
 def test_cost_adds_up_every_sitting_per_run_and_in_all(tmp_path, capsys):
@@ -74,3 +85,56 @@ def test_a_broken_config_is_named(tmp_path, capsys):
     assert report.main(["cost", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{run / 'config.yaml'}: not valid YAML" in err and "\n" not in err
+
+
+NEW = {"cpu_in_metrics": True}       # a train.py line of a sweep.py that knows cpu_seconds
+
+
+def test_training_is_counted_from_the_epochs_cpu_seconds_once(tmp_path, capsys):
+    """The epochs' cpu_seconds, not the marked train.py line (which holds the same time and the
+    sitting's start-up): counting both would double it."""
+    runs = tmp_path / "runs"
+    epochs = [{"seconds": 90.0, "cpu_seconds": 100.0}, {"seconds": 90.0, "cpu_seconds": 110.0}]
+    make_run(runs, "a", "softmax", [("train.py", 215, 200, NEW), ("evaluate.py", 10, 11)], epoch_records=epochs)
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert float(rows["a"]["train_cpu_s"]) == 210.0 and float(rows["a"]["cpu_s"]) == 220.0
+    assert rows["a"]["record"] == "complete" and "≥" not in text
+    assert "| `a` | Softmax | 32 | 1 | training | 1 | 2 | 105.0 | 0.06 |" in text
+
+
+def test_a_killed_sitting_keeps_its_epochs_cost_and_its_wall_time_is_a_lower_bound(tmp_path, capsys):
+    """Four epochs of 100 s, the first two in a sitting that was killed (no line): their CPU
+    time is in metrics.jsonl, their wall time nowhere."""
+    runs = tmp_path / "runs"
+    epochs = [{"seconds": 100.0, "cpu_seconds": 100.0}] * 4
+    make_run(runs, "a", "softmax", [("train.py", 205, 210, NEW)], epoch_records=epochs)
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert float(rows["a"]["train_cpu_s"]) == 400.0 and rows["a"]["record"] == "wall lower bound"
+    assert "| 4 | 100.0 | 0.11 | 0.00 | 0.11 | ≥ 0.06 |" in text
+    assert "a sitting of train.py ended without its line" in text and "at least" not in text
+
+
+def test_a_killed_sitting_of_a_run_without_cpu_seconds_makes_its_cpu_time_a_lower_bound(tmp_path, capsys):
+    """A run begun before cpu_seconds: three epochs, one sitting's line covering one of them."""
+    runs = tmp_path / "runs"
+    make_run(runs, "old", "mos", [("train.py", 105, 110)], epoch_records=[{"seconds": 100.0}] * 3)
+    make_run(runs, "ok", "softmax", [("train.py", 3600, 3700)], epoch_records=[{"seconds": 1000.0}] * 3)
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert rows["old"]["record"] == "cpu lower bound" and rows["ok"]["record"] == "complete"
+    assert "| `old` | MoS | 32 | 1 | training | 1 | 3 | - | ≥ 0.03 | 0.00 | ≥ 0.03 | ≥ 0.03 |" in text
+    assert "| `ok` | Softmax | 32 | 1 | training | 1 | 3 | 1200.0 | 1.00 |" in text
+    assert "at least 1.03 CPU-hours in all" in text and "**≥ 1.03**" in text
+
+
+def test_a_run_resumed_by_the_new_train_py_counts_both_records_and_an_estimate_is_marked(tmp_path, capsys):
+    """Two epochs before cpu_seconds, from a killed sitting that a line marked "estimated" stands
+    for, then two with cpu_seconds from a marked sitting."""
+    runs = tmp_path / "runs"
+    how = "the epochs' wall seconds times the CPU/wall ratio of the run's next sitting"
+    epochs = [{"seconds": 100.0}] * 2 + [{"seconds": 100.0, "cpu_seconds": 95.0}] * 2
+    make_run(runs, "a", "gss", [("train.py", 190, 200, {"estimated": how}), ("train.py", 195, 205, NEW),
+                                ("rank.py", 50, 50)], epoch_records=epochs)
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert float(rows["a"]["train_cpu_s"]) == 380.0 and rows["a"]["record"] == "sitting estimated"
+    assert "| `a` | GSS | 32 | 1 | training | 2 | 4 | 95.0* | 0.11* | 0.01 | 0.12* | 0.13 |" in text
+    assert f"*: `a`, a sitting estimated: {how}" in text and "≥" not in text

@@ -67,7 +67,8 @@ def run_ranks(args: list[str], n: int = 2) -> list[tuple[int, str, str]]:
 
 
 def untimed(records: list[dict]) -> list[dict]:
-    return [{key: value for key, value in record.items() if key != "seconds"} for record in records]
+    return [{key: value for key, value in record.items() if key not in ("seconds", "cpu_seconds")}
+            for record in records]
 
 
 def train_args(data: Path, run_dir: Path, *extra: str) -> list[str]:

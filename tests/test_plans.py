@@ -17,6 +17,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -99,12 +100,9 @@ def in_process(command, env=None, log=None, account=None) -> int:
     script = {"train.py": train, "evaluate.py": evaluate, "rank.py": rank}[Path(command[1]).name]
     started, wall = resource.getrusage(resource.RUSAGE_SELF), time.time()
     code = script.main(command[2:])
-    if account is not None:
-        ended = resource.getrusage(resource.RUSAGE_SELF)
-        user, system = ended.ru_utime - started.ru_utime, ended.ru_stime - started.ru_stime
-        with open(account, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"script": Path(command[1]).name, "cpu_s": user + system, "user_s": user,
-                                "sys_s": system, "wall_s": time.time() - wall}) + "\n")
+    ended = resource.getrusage(resource.RUSAGE_SELF)
+    used = SimpleNamespace(ru_utime=ended.ru_utime - started.ru_utime, ru_stime=ended.ru_stime - started.ru_stime)
+    launch_runs.record_cpu_time(account, command, used, wall)
     return code
 
 

@@ -2,22 +2,24 @@
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
 import train
-from experiment.progress import TrainingProgress
+from experiment.progress import TrainingProgress, clock
 from tests.conftest import TINY
 
-# The keys last.pt's "progress" dict has held since the first checkpoint format.
-SAVED_KEYS = {"epoch", "position", "step", "hidden", "epoch_nll_sum", "epoch_tokens",
+# The keys last.pt's "progress" dict has held since the first checkpoint format, and those added since.
+FIRST_KEYS = {"epoch", "position", "step", "hidden", "epoch_nll_sum", "epoch_tokens",
               "epoch_seconds", "val_history", "best_val", "asgd_start_epoch", "finished"}
+SAVED_KEYS = FIRST_KEYS | {"epoch_cpu_seconds"}
 
 
 def a_progress() -> TrainingProgress:
     hidden = [[(torch.randn(1, 2, 3), torch.randn(1, 2, 3)) for _ in range(3)] for _ in range(2)]
     return TrainingProgress(epoch=4, position=35, step=99, hidden=hidden, epoch_nll_sum=12.5,
-                            epoch_tokens=70, epoch_seconds=3.25, val_history=[5.0, 4.5, 4.4],
+                            epoch_tokens=70, epoch_seconds=3.25, epoch_cpu_seconds=3.5, val_history=[5.0, 4.5, 4.4],
                             best_val=4.4, asgd_start_epoch=3, finished=False)
 
 
@@ -41,6 +43,7 @@ def test_start_next_epoch_resets_the_epochs_sums_and_keeps_the_history():
     progress.start_next_epoch()
     assert (progress.epoch, progress.position, progress.hidden) == (5, 0, None)
     assert (progress.epoch_nll_sum, progress.epoch_tokens, progress.epoch_seconds) == (0.0, 0, 0.0)
+    assert progress.epoch_cpu_seconds == 0.0
     assert progress.completed_epochs == 4 and progress.step == 99
     assert progress.val_history == [5.0, 4.5, 4.4] and progress.best_val == 4.4
 
@@ -61,3 +64,24 @@ def test_last_pt_holds_the_trainers_record_and_read_gives_it_back(small_data, tm
     assert (progress.epoch, progress.step, progress.finished) == (1, 3, False)
     assert progress.position == saved["position"] > 0
     assert len(progress.hidden) == 1 and len(progress.hidden[0]) == 3    # one chunk, three layers
+
+
+def test_a_record_saved_before_cpu_seconds_restores_with_the_epochs_cpu_time_at_zero():
+    saved = {key: value for key, value in a_progress().to_dict().items() if key in FIRST_KEYS}
+    restored = TrainingProgress.from_dict(saved)
+    assert restored.epoch_cpu_seconds == 0.0 and restored.epoch_seconds == 3.25
+
+
+def test_validation_is_charged_to_the_epochs_cpu_time_not_to_its_training_wall_time():
+    progress = TrainingProgress()
+    started = clock()
+    while time.process_time() - started[1] < 0.05:
+        pass
+    progress.add_time(started)
+    training_wall, training_cpu = progress.epoch_seconds, progress.epoch_cpu_seconds
+    assert training_wall >= 0.05 * 0.9 and training_cpu >= 0.05
+    started = clock()
+    while time.process_time() - started[1] < 0.05:
+        pass
+    progress.add_time(started, training=False)
+    assert progress.epoch_seconds == training_wall and progress.epoch_cpu_seconds >= training_cpu + 0.05

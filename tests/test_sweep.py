@@ -422,6 +422,10 @@ def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
         times = [json.loads(line) for line in (run / "cpu_times.jsonl").read_text().splitlines()]
         assert [t["script"] for t in times] == ["train.py", "evaluate.py"]
         assert all(0 < t["cpu_s"] and 0 < t["wall_s"] for t in times)
+        # the training's CPU time is counted from its epochs, which ran inside the train.py line
+        assert times[0]["cpu_in_metrics"] and "cpu_in_metrics" not in times[1]
+        epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert 0 < sum(e["cpu_seconds"] for e in epochs) <= times[0]["cpu_s"]
 
 
 # ---------------------------------------------------------------------- sweeps sharing a folder

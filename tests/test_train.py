@@ -99,6 +99,7 @@ def test_et_asgd_switches_after_the_configured_epoch(et_run):
     assert last["optimizer"]["averaged"] and last["progress"]["asgd_start_epoch"] == 2
     for r in records:
         assert r["seconds"] > 0 and math.isclose(r["val_ppl"], math.exp(r["val_loss"]))
+        assert r["cpu_seconds"] > 0       # the epoch's cost, which report.py cost adds up
 
 
 def test_validation_after_the_switch_uses_the_averaged_weights(et_run, ptb_slice):
