@@ -43,6 +43,7 @@ class Cost:
     every_sitting: bool           # every sitting that trained an epoch has its cpu_times line
     cpu_lower_bound: bool         # epochs whose CPU time is in no record: train_cpu_s is at least
     estimated: tuple[str, ...]    # how, for each line that stands for a missing sitting
+    processors: tuple[str, ...]   # the CPU models its lines ran on ("unrecorded": lines before sweep.py said)
 
     @property
     def cpu_s(self) -> float:
@@ -93,7 +94,8 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
                 sum(r["cpu_s"] for r in records if r["script"] != "train.py"),
                 sum(r["wall_s"] for r in records), len(train), len(metrics), every_sitting,
                 not every_sitting and any("cpu_seconds" not in m for m in metrics),
-                tuple(str(r["estimated"]) for r in train if "estimated" in r))
+                tuple(str(r["estimated"]) for r in train if "estimated" in r),
+                tuple(sorted({str(r.get("processor", "unrecorded")) for r in records})))
 
 
 def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
@@ -115,12 +117,12 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
                            else f"{c.cpu_s_per_epoch:.1f}")
     marked = lambda c: "*" if c.estimated else ""       # noqa: E731
     header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Epochs", "Train CPU s/epoch",
-              "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h"]
+              "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h", "Processor"]
     lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed),
               "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs),
               per_epoch(c) + marked(c), hours(c.train_cpu_s, c.cpu_lower_bound) + marked(c),
               hours(c.other_cpu_s), hours(c.cpu_s, c.cpu_lower_bound) + marked(c),
-              hours(c.wall_s, not c.every_sitting)]
+              hours(c.wall_s, not c.every_sitting), ", ".join(c.processors)]
              for c in costs]
     total = sum(c.cpu_s for c in costs)
     cpu_at_least = any(c.cpu_lower_bound for c in costs)
@@ -128,13 +130,14 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
                   str(sum(c.epochs for c in costs)), "",
                   hours(sum(c.train_cpu_s for c in costs), cpu_at_least), hours(sum(c.other_cpu_s for c in costs)),
                   f"**{hours(total, cpu_at_least)}**",
-                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs))])
+                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs)), ""])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
                 f"from their {CPU_TIMES} and the epochs' cpu_seconds in metrics.jsonl: "
                 f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all. Train CPU "
                 f"s/epoch: the training CPU time over the epochs in metrics.jsonl (validation included; "
                 f"a sitting stopped mid-epoch adds its part-epoch until the run ends), much less "
-                f"changed than wall time when runs share the cores.\n\n"
+                f"changed than wall time when runs share the cores; compare it between runs of one "
+                f"processor.\n\n"
                 + markdown_table(header, lines))
     if not all(c.every_sitting for c in costs):
         markdown += ("\n≥: a sitting of train.py ended without its line in cpu_times.jsonl (killed): "
@@ -148,10 +151,10 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
                      + ".\n")
     write_csv(prefixed(out_prefix, ".csv"),
               ["run", "head", "emsize", "seed", "stage", "train_sittings", "train_cpu_s", "other_cpu_s",
-               "cpu_s", "wall_s", "record"],
+               "cpu_s", "wall_s", "record", "processors"],
               [[c.run, c.head, c.emsize, c.seed, "finetuning" if c.finetune else "training", c.sittings,
                 round(c.train_cpu_s, 2), round(c.other_cpu_s, 2), round(c.cpu_s, 2), round(c.wall_s, 2),
-                c.record] for c in costs])
+                c.record, "; ".join(c.processors)] for c in costs])
     path = prefixed(out_prefix, ".md")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(markdown, encoding="utf-8")

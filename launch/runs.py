@@ -22,6 +22,7 @@ import fcntl
 import itertools
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -373,6 +374,17 @@ def _wait(proc: subprocess.Popen):
     return proc.returncode, usage
 
 
+def processor_name() -> str:
+    """The CPU's model name, so that CPU times from different machines are not compared unawares."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def record_cpu_time(path: Path | None, command: list[str], usage, started: float) -> None:
     """Append the command's line to `path` (a run's cpu_times.jsonl): its CPU seconds from
     `usage` (ru_utime, ru_stime), its wall seconds since `started`."""
@@ -382,7 +394,8 @@ def record_cpu_time(path: Path | None, command: list[str], usage, started: float
     record = {"script": script,
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "user_s": round(usage.ru_utime, 2),
               "sys_s": round(usage.ru_stime, 2), "wall_s": round(time.time() - started, 2),
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))}
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+              "processor": processor_name()}
     if script == "train.py":      # its epochs' CPU time is in metrics.jsonl: analysis/cost.py counts it there
         record["cpu_in_metrics"] = True
     with open(path, "a", encoding="utf-8") as f:

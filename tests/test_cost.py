@@ -138,3 +138,15 @@ def test_a_run_resumed_by_the_new_train_py_counts_both_records_and_an_estimate_i
     assert float(rows["a"]["train_cpu_s"]) == 380.0 and rows["a"]["record"] == "sitting estimated"
     assert "| `a` | GSS | 32 | 1 | training | 2 | 4 | 95.0* | 0.11* | 0.01 | 0.12* | 0.13 |" in text
     assert f"*: `a`, a sitting estimated: {how}" in text and "≥" not in text
+
+
+def test_each_run_names_the_processors_its_lines_ran_on(tmp_path, capsys):
+    """CPU seconds of different machines differ (this project's runs: by up to 1.4 times), so the
+    table says where each run's were measured; lines from before sweep.py recorded it say so."""
+    runs = tmp_path / "runs"
+    make_run(runs, "a", "softmax", [("train.py", 360, 370, {"processor": "AMD EPYC"}),
+                                    ("rank.py", 36, 37)], epochs=3)
+    make_run(runs, "b", "mos", [("train.py", 360, 370, {"processor": "AMD EPYC"})], epochs=3)
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert "| 0.10 | 0.01 | 0.11 | 0.11 | AMD EPYC, unrecorded |" in text and "| 0.10 | 0.10 | AMD EPYC |" in text
+    assert rows["a"]["processors"] == "AMD EPYC; unrecorded"

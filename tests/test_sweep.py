@@ -262,6 +262,7 @@ def test_run_command_accounts_for_the_cpu_time_of_the_command(tmp_path):
     assert run_command([sys.executable, "-c", "raise SystemExit(3)"], account=account) == 3
     first, second = [json.loads(line) for line in account.read_text().splitlines()]
     assert first["script"] == "busy.py" and second["script"] == "-c"
+    assert first["processor"] and first["processor"] == second["processor"] != "unknown"
     assert 0.3 <= first["cpu_s"] < 0.55 <= first["wall_s"]
     assert first["cpu_s"] == pytest.approx(first["user_s"] + first["sys_s"], abs=0.011)
 
