@@ -18,6 +18,7 @@ the runs into the table or figure:
         overrides: [train.asgd_trigger=nt]
         grid: {head.c: [-1, 0], head.k: [2, 3]}
         seeds: [config]                  # replaces the plan's seeds for this experiment
+        evaluate: [--cache, --dynamic]   # evaluate.py on each of its runs with each option list too
       - config: configs/ptb/mos.yaml
         finetune_best:                   # once all its runs are evaluated: train.py --finetune
           overrides: [train.epochs=3]    # the one with the best validation ppl (into RUN/finetune),
@@ -42,7 +43,7 @@ from . import LaunchError
 from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
 
 PLAN_KEYS = {"title", "out", "seeds", "overrides", "rank", "robustness", "experiments", "report"}
-EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness", "finetune_best"}
+EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness", "evaluate", "finetune_best"}
 FINETUNE_KEYS = {"overrides", "evaluate"}
 
 
@@ -139,6 +140,8 @@ def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     # An experiment's own rank / robustness options replace the plan's (both keys together).
     own = {"rank", "robustness"} & set(entry)
     analyses = _analyses(entry, f"{where}.", fail) if own else _analyses(plan, "", fail)
+    if "evaluate" in entry:
+        analyses = _evaluations(entry["evaluate"], f"{where}.evaluate", fail) + analyses
     finetune = _finetune_best(entry["finetune_best"], f"{where}.finetune_best", fail) \
         if "finetune_best" in entry else None
     return Experiment(config, overrides,
@@ -156,5 +159,17 @@ def _finetune_best(entry, where: str, fail) -> FinetuneBest:
     for text in overrides:
         if text.split("=", 1)[0].strip() in ("run.dir", "train.init_from"):
             raise fail(f"{where}.overrides", "no run.dir or train.init_from (the finetuning sets them)", text)
-    methods = _strings(entry.get("evaluate", []), f"{where}.evaluate", fail)
-    return FinetuneBest(overrides, tuple(evaluate_analysis(shlex.split(text)) for text in methods))
+    return FinetuneBest(overrides, _evaluations(entry.get("evaluate", []), f"{where}.evaluate", fail))
+
+
+def _evaluations(value, where: str, fail) -> tuple[Analysis, ...]:
+    """evaluate.py runs beyond the plain one, one per option list; each names its method
+    (--cache, --cache-search or --dynamic), whose own result file it writes (eval_best_cache.json,
+    eval_best_dynamic.json): options alone would rewrite the plain evaluation's eval_best.json."""
+    analyses = []
+    for text in _strings(value, where, fail):
+        analysis = evaluate_analysis(shlex.split(text))
+        if analysis.result == "eval_best.json":
+            raise fail(where, "option lists naming --cache, --cache-search or --dynamic", text)
+        analyses.append(analysis)
+    return tuple(analyses)

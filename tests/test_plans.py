@@ -203,6 +203,14 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, "
      "finetune_best: {overrides: [run.dir=x]}}]\n",
      "finetune_best.overrides: expected no run.dir or train.init_from (the finetuning sets them)"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, evaluate: --cache}]\n",
+     "experiments[0].evaluate: expected a list of strings"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, evaluate: ['--batch-size 5']}]\n",
+     "experiments[0].evaluate: expected option lists naming --cache, --cache-search or --dynamic, "
+     "got '--batch-size 5'"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, "
+     "finetune_best: {evaluate: ['--json']}}]\n",
+     "experiments[0].finetune_best.evaluate: expected option lists naming --cache"),
 ])
 def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     plan = tmp_path / "plan.yaml"
@@ -240,6 +248,20 @@ def test_a_plans_overrides_reach_every_run_before_the_experiments_own(tmp_path):
                     "  - config: configs/ptb/mos.yaml\n    overrides: [train.lr=5]\n", encoding="utf-8")
     runs = plan_runs(load_plan(plan).experiments, tmp_path / "out")
     assert [(r.config.train.epochs, r.config.train.lr) for r in runs] == [(7, 3.0), (7, 5.0)]
+
+
+def test_an_experiments_evaluate_options_run_on_each_of_its_runs_before_rank(tmp_path):
+    """`evaluate:` adds evaluate.py with each option list to every run of that experiment (its
+    own result file each), not to the other experiments' runs."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\nseeds: [1, 2]\nrank: []\nexperiments:\n"
+                    "  - config: configs/ptb/softmax.yaml\n    evaluate: [--cache, '--dynamic --dynamic-lr 1e-4']\n"
+                    "  - config: configs/ptb/mos.yaml\n", encoding="utf-8")
+    runs = plan_runs(load_plan(plan).experiments, tmp_path / "out")
+    assert [[(a.script, a.args, a.result) for a in r.analyses] for r in runs] == [
+        [("evaluate", ("--cache",), "eval_best_cache.json"),
+         ("evaluate", ("--dynamic", "--dynamic-lr", "1e-4"), "eval_best_dynamic.json"),
+         ("rank", (), "rank_test.json")]] * 2 + [[("rank", (), "rank_test.json")]] * 2
 
 
 def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evaluates_it(
