@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -374,8 +375,10 @@ def _wait(proc: subprocess.Popen):
     return proc.returncode, usage
 
 
+@functools.lru_cache(maxsize=None)
 def processor_name() -> str:
-    """The CPU's model name, so that CPU times from different machines are not compared unawares."""
+    """The CPU's model name, so that CPU times from different machines are not compared unawares
+    (read once: every command's line names it)."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
