@@ -380,12 +380,27 @@ def processor_name() -> str:
     """The CPU's model name, so that CPU times from different machines are not compared unawares
     (read once: every command's line names it)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+        text = ""
+    return processor_from_cpuinfo(text) or platform.processor() or platform.machine() or "unknown"
+
+
+def processor_from_cpuinfo(text: str) -> str | None:
+    """The first processor's model name in /proc/cpuinfo's `text`. A virtual machine may report
+    a bare "AMD EPYC" for processors of several generations, so the x86 family and model
+    numbers follow it where they are given: "AMD EPYC (family 25, model 17)"."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if not key.strip():
+            break                               # the end of the first processor's block
+        fields.setdefault(key.strip(), value.strip())
+    if "model name" not in fields:
+        return None
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
+    return fields["model name"]
 
 
 def record_cpu_time(path: Path | None, command: list[str], usage, started: float) -> None:

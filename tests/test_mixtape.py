@@ -193,3 +193,19 @@ def test_a_new_run_gives_its_own_gates_to_the_most_frequent_training_words(ptb_s
     assert counts[order[:frequent]].min() >= counts[order[frequent:]].max()
     assert counts[order].tolist() == sorted(counts.tolist(), reverse=True)
     assert order[:5].tolist() != list(range(5))     # not the id order: the test sees the difference
+
+
+@pytest.mark.parametrize("fraction, expected_rank", [(0.3, E + 2 + 5), (1.0, V)])
+def test_gate_sharing_bounds_the_rank_of_the_log_probabilities_by_d_plus_2_plus_the_frequent_words(
+        fraction, expected_rank):
+    # An infrequent word's logit is w_x . sum_k pi_k h_k + b_x with priors pi shared by all of
+    # them: those columns lie in the span of the mixed context's E coordinates and the ones
+    # vector, and the log-softmax's normaliser adds one more, so the log-probability matrix has
+    # rank at most E + 2 + F (the converged Mixtape's spectrum drops after index E + 2 + F =
+    # 1,034, docs/results_cpu.md); with every word frequent the bound is gone (rank V here).
+    head = make_mixtape(MixtapeOptions(frequent_fraction=fraction, gate_dim=3, dropoutl=0.0)).eval()
+    assert head.frequent == round(fraction * V)
+    g = torch.randn(60, 4, NHIDLAST, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
+    with torch.no_grad():
+        log_probs = head(g).log_probs.reshape(-1, V)
+    assert torch.linalg.matrix_rank(log_probs).item() == expected_rank

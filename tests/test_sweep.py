@@ -479,3 +479,13 @@ def test_two_sweeps_of_one_plan_started_together_train_each_run_once(overrides, 
         assert not any(line.endswith(f"{run_dir}: resume") for line in lines), outputs
         assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
         assert (run_dir / "eval_best.json").is_file()
+
+
+def test_the_processor_is_named_with_its_family_and_model_where_cpuinfo_has_them():
+    # Processors of different generations may both call themselves "AMD EPYC" in a virtual
+    # machine, at different CPU times per epoch: the family and model numbers tell them apart.
+    block = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {m}\nmodel name\t: AMD EPYC\n"
+    cpuinfo = block.format(n=0, m=17) + "\n" + block.format(n=1, m=1)
+    assert launch_runs.processor_from_cpuinfo(cpuinfo) == "AMD EPYC (family 25, model 17)"
+    assert launch_runs.processor_from_cpuinfo("processor\t: 0\nmodel name\t: ARMv8 Processor\n") == "ARMv8 Processor"
+    assert launch_runs.processor_from_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") is None
