@@ -29,6 +29,7 @@ STUDIES = {
     "cpu_ptb_converged": ["sweeps/cpu_converged_heads.yaml", "sweeps/cpu_converged_d_sweep.yaml"],
 }
 REPORTED = [study for study in STUDIES if (REPO / "results" / study / "report").is_dir()]
+REPORT_FOLDERS = {REPO / "results" / study / "report" for study in STUDIES}
 
 
 def results_page() -> str:
@@ -38,11 +39,6 @@ def results_page() -> str:
 def readme_section() -> str:
     """The README's headline results: its section "Results on a CPU"."""
     return doc_section("README.md", "Results on a CPU")
-
-
-def report_table(name: str) -> str:
-    """The report's first table (the one its readers quote)."""
-    return tables((RESULTS / "report" / name).read_text(encoding="utf-8"))[0]
 
 
 def tables(markdown: str) -> list[str]:
@@ -134,9 +130,8 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
     shown = figures(page, RESULTS_PAGE)
     assert {f.relative_to(RESULTS).as_posix() for f in shown if f.parent == RESULTS / "report"} \
         >= {"report/curves.png", "report/spectra.png", "report/d_sweep.png"}
-    report_folders = {REPO / "results" / study / "report" for study in STUDIES}
     for figure in shown:
-        assert figure.is_file() and figure.parent in report_folders, figure
+        assert figure.is_file() and figure.parent in REPORT_FOLDERS, figure
 
 
 def test_the_readme_headline_is_the_reports_table_and_figure():
@@ -153,9 +148,8 @@ def test_the_readme_headline_is_the_reports_table_and_figure():
     assert f"\n{note}\n" in section, "README's note under the table is not the report's"
     shown = figures(section, REPO / "README.md")
     assert "d_sweep.png" in {f.name for f in shown}
-    report_folders = {REPO / "results" / study / "report" for study in STUDIES}
     for figure in shown:
-        assert figure.is_file() and figure.parent in report_folders, figure
+        assert figure.is_file() and figure.parent in REPORT_FOLDERS, figure
 
 
 def numbers(text: str) -> set[str]:
