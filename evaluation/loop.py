@@ -38,8 +38,10 @@ def evaluate_nll(model, source: torch.Tensor, bptt: int, progress=None) -> float
 def mean_nll(chunks: Iterable[torch.Tensor], progress=None) -> float:
     """Mean negative log-likelihood per token (nats) from the targets' log-probabilities, chunk
     by chunk ((T, B) or (T,)), summed in float64. The evaluation methods (evaluation/cache.py,
-    evaluation/dynamic.py) reduce their chunks here too, so in their limits (lambda = 0,
-    lr = 0) they give plain evaluation's number bit for bit. The sum stays on the model's device
+    evaluation/dynamic.py) reduce their chunks here too, so in their limits they give plain
+    evaluation's number: the cache at lambda = 0 bit for bit, dynamic evaluation at lr = 0 up to
+    float32 rounding (it scores with gradients on, where the CPU's LSTM kernel rounds its last
+    bit differently). The sum stays on the model's device
     and is read once at the end: a read per chunk would make the host wait for the device at
     every chunk (at every 5-token segment of dynamic evaluation)."""
     total, count = None, 0

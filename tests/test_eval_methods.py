@@ -1,6 +1,6 @@
 """The neural cache and dynamic evaluation (evaluation/cache.py, evaluation/dynamic.py) and
 evaluate.py's --cache / --dynamic: the definitions against direct computations, the limits that
-must give plain evaluation exactly, the effect on a repeated text, every head, the command line."""
+must give plain evaluation (exactly, or to float32 rounding), the effect on a repeated text, every head, the command line."""
 from __future__ import annotations
 
 import json
@@ -252,12 +252,18 @@ def test_gradient_statistics_are_root_sum_squares_over_training_batches(trained)
     assert units["lambda"] == pytest.approx(0.075 / len(params)) and units["parameter_tensors"] == len(params)
 
 
-def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation_exactly(trained):
+def test_dynamic_evaluation_with_lr_zero_is_plain_evaluation(trained):
+    """Up to float32 rounding, not bit for bit: dynamic evaluation scores with gradients on, and
+    the CPU's LSTM kernel (oneDNN) then rounds its output differently in the last bit (the
+    weights do not move: a stepped weight would change the log-probs by far more)."""
     settings = dynamic_eval.DynamicSettings(lr=0.0, lam=0.075, epsilon=0.001, bptt=5, ms_batches=3)
     evaluator = dynamic_eval.DynamicEvaluator(trained.model, gradient_statistics(trained, settings), settings)
     source = batchify(trained.corpus.test, 1)
-    assert torch.equal(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5))
-    assert evaluator.nll(source) == evaluate_nll(trained.model, source, 5)
+    weights = [p.detach().clone() for p in trained.model.parameters()]
+    torch.testing.assert_close(dynamic_log_probs(evaluator, source), plain_log_probs(trained.model, source, bptt=5),
+                               rtol=0, atol=1e-5)
+    assert evaluator.nll(source) == pytest.approx(evaluate_nll(trained.model, source, 5), rel=1e-7)
+    assert all(torch.equal(a, b) for a, b in zip(weights, trained.model.parameters()))
 
 
 def test_cache_and_dynamic_evaluation_read_the_device_once_per_split(trained, monkeypatch):

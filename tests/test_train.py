@@ -311,18 +311,18 @@ def test_refusals(ptb_slice, tmp_path, tiny_overrides, capsys):
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
         ptb_slice, tmp_path, tiny_overrides, monkeypatch, capsys):
     run_dir = tmp_path / "nan"
-    forward = SoftmaxHead.forward
+    target_log_probs = SoftmaxHead.target_log_probs      # what training calls
     calls = {"n": 0}
 
-    def failing_forward(self, hidden):
-        out = forward(self, hidden)
+    def failing_target_log_probs(self, hidden, targets):
+        out = target_log_probs(self, hidden, targets)
         if self.training:
             calls["n"] += 1
             if calls["n"] == 12:       # the 12th training forward, i.e. step 12
-                return out._replace(log_probs=out.log_probs * float("nan"))
+                return out * float("nan")
         return out
 
-    monkeypatch.setattr(SoftmaxHead, "forward", failing_forward)
+    monkeypatch.setattr(SoftmaxHead, "target_log_probs", failing_target_log_probs)
     code = train.main([PTB, *tiny_overrides, "run.checkpoint_every_steps=5", f"run.dir={run_dir}"])
     assert code == 3
     err = capsys.readouterr().err

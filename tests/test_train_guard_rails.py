@@ -94,17 +94,17 @@ def test_the_message_names_the_last_checkpoint_that_exists(small, tmp_path, caps
 def test_a_non_finite_gradient_with_a_finite_loss_stops_the_run(clip, small, tmp_path, capsys,
                                                                   monkeypatch):
     run_dir = tmp_path / f"clip{clip}"
-    forward, calls = SoftmaxHead.forward, {"n": 0}
+    target_log_probs, calls = SoftmaxHead.target_log_probs, {"n": 0}   # what training calls
 
-    def forward_with_a_bad_gradient(self, hidden):
-        out = forward(self, hidden)
+    def with_a_bad_gradient(self, hidden, targets):
+        out = target_log_probs(self, hidden, targets)
         if self.training:
             calls["n"] += 1
             if calls["n"] == 3:              # step 3: the loss is finite, its gradient is not
-                out.log_probs.register_hook(lambda grad: grad * float("inf"))
+                out.register_hook(lambda grad: grad * float("inf"))
         return out
 
-    monkeypatch.setattr(SoftmaxHead, "forward", forward_with_a_bad_gradient)
+    monkeypatch.setattr(SoftmaxHead, "target_log_probs", with_a_bad_gradient)
     code = train.main([PTB, *small, f"train.clip={clip}", "run.checkpoint_every_steps=1",
                        f"run.dir={run_dir}"])
     err = capsys.readouterr().err
