@@ -225,7 +225,9 @@ class Trainer:
         p.add_time(started, training=False)
         if val_loss < p.best_val:
             p.best_val = val_loss
-        record = epoch_record(p, val_loss, "ASGD" if self.averaging else "SGD", t.lr)
+        # The epoch's cost is every process's CPU time: under torchrun, the sum over the ranks.
+        record = epoch_record(p, val_loss, "ASGD" if self.averaging else "SGD", t.lr,
+                              cpu_seconds=self.world.sum(p.epoch_cpu_seconds))
         if self.should_switch_to_asgd(val_loss):
             self.optimizer = make_optimizer(self.model, t, AveragedSGD)
             p.asgd_start_epoch = p.epoch + 1

@@ -6,7 +6,7 @@ Two records, because a sitting can end without a word (a machine stopped, kill -
   ends: one line per command (train.py, each sitting of a run trained over several; evaluate.py;
   rank.py) with its CPU and wall seconds. A killed sitting has no line.
 - metrics.jsonl's `cpu_seconds`, which train.py writes with each epoch (the epoch's CPU time,
-  training and validation), so a killed sitting keeps the cost of every epoch it finished.
+  training and validation, summed over the processes under torchrun), so a killed sitting keeps the cost of every epoch it finished.
   sweep.py marks the train.py lines of such sittings `"cpu_in_metrics": true`, so that their CPU
   time is counted once, from the epochs.
 A run's training CPU time is its epochs' `cpu_seconds` plus the train.py lines without the mark

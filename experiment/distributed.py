@@ -259,6 +259,14 @@ class World:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return int(flag) or None
 
+    def sum(self, value: float) -> float:
+        """The sum of every rank's `value`, on every rank (in float64)."""
+        if not self.distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return float(tensor)
+
     def broadcast(self, value: float) -> float:
         """Rank 0's `value` on every rank."""
         if not self.distributed:

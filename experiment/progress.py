@@ -186,12 +186,14 @@ class SilentProgress:
         pass
 
 
-def epoch_record(progress: TrainingProgress, val_loss: float, optimizer: str, lr: float) -> dict:
-    """metrics.jsonl's line for the epoch `progress` has just trained, validated with `val_loss`."""
+def epoch_record(progress: TrainingProgress, val_loss: float, optimizer: str, lr: float,
+                 cpu_seconds: float) -> dict:
+    """metrics.jsonl's line for the epoch `progress` has just trained, validated with `val_loss`;
+    `cpu_seconds` is its CPU time (every process's, under torchrun)."""
     train_nll = progress.epoch_train_nll
     return {"epoch": progress.epoch, "step": progress.step, "optimizer": optimizer,
             "lr": lr, "seconds": round(progress.epoch_seconds, 3),
-            "cpu_seconds": round(progress.epoch_cpu_seconds, 3),
+            "cpu_seconds": round(cpu_seconds, 3),
             "train_loss": train_nll, "train_ppl": perplexity(train_nll),
             "val_loss": val_loss, "val_ppl": perplexity(val_loss),
             "best_val_ppl": perplexity(progress.best_val)}

@@ -293,3 +293,20 @@ def test_ddp_reduce_allreduce_sums_by_one_all_reduce(monkeypatch):
     buffer = rows[0].clone()
     result = COMM_HOOKS["allreduce"](None, Bucket(buffer)).wait()
     assert torch.equal(result, torch.tensor([4.0, 6.0])) and fake.outputs == [buffer]
+
+
+def test_world_sum_adds_every_rank_value_and_is_the_value_alone_in_one_process(monkeypatch):
+    assert World().sum(2.5) == 2.5
+    fake = FakeCollectives(torch.tensor([[1.5], [2.25]], dtype=torch.float64))
+    fake.install(monkeypatch)
+    assert World(rank=0, size=2, distributed=True).sum(1.5) == 3.75
+
+
+def test_an_epoch_record_costs_the_cpu_time_world_sum_gives(small_data, tmp_path, monkeypatch):
+    """train.py writes the sum over the ranks, not its own process's CPU time: here a stand-in
+    sum adds 1000 s, as if another rank had spent them."""
+    monkeypatch.setattr(World, "sum", lambda self, value: value + 1000.0)
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, f"data.data_dir={small_data}", *TINY, "train.epochs=1", f"run.dir={run_dir}"]) == 0
+    epochs = metrics(run_dir)
+    assert len(epochs) == 1 and 1000 < epochs[0]["cpu_seconds"] < 1000 + 120
