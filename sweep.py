@@ -10,6 +10,7 @@ own directory.
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
     python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 runs at a time a GPU
     python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2       # 2 runs at a time on the CPU cores
+    python sweep.py sweeps/cpu_converged_d_sweep.yaml --task 3 --nproc 2   # one run, DDP on 2 cores
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
         --sbatch=--gres=gpu:1 --submit
 
@@ -25,6 +26,7 @@ PLAN --finetune-only` afterwards runs the second).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -65,6 +67,10 @@ def parse_args(argv=None):
                         help="local mode: N runs at a time, each with an equal share of the CPU cores "
                              "as its threads, output to DIR/sweep.log (default 1: one after another "
                              "in this terminal)")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="local mode: train each run in N processes with DDP (torchrun "
+                             "--standalone; a run resumes only with the N it was started with). On a "
+                             "CPU, one run on all its cores finishes sooner than one on a core")
     parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
                         help="gpus mode: keep K runs at a time on each GPU (default 1)")
@@ -98,6 +104,10 @@ def parse_args(argv=None):
         parser.error("--jobs belongs to --mode local (on GPUs: --runs-per-gpu)")
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    if args.nproc < 1:
+        parser.error(f"--nproc: expected an integer >= 1, got {args.nproc}")
+    if args.nproc != 1 and (args.mode != "local" or args.jobs != 1):
+        parser.error("--nproc belongs to --mode local with one run at a time (--jobs 1)")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
     if args.train_only and args.finetune_only:
@@ -228,6 +238,7 @@ def main(argv=None) -> int:
                 raise LaunchError(f"--task {args.task}: the sweep has {len(runs)} runs "
                                     f"(0..{len(runs) - 1})")
             runs = [runs[args.task]]
+        runs = [dataclasses.replace(run, train_processes=args.nproc) for run in runs]
         if args.mode == "slurm":
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only

@@ -110,6 +110,7 @@ class PlannedRun:
     analyses: tuple[Analysis, ...] = ()   # what runs on it after training and evaluate.py
     experiment: Experiment | None = None  # the experiment it belongs to
     finetune_of: Path | None = None       # the trained run it finetunes (train.py --finetune)
+    train_processes: int = 1              # > 1: train.py under torchrun in that many processes (DDP)
 
 
 # ---------------------------------------------------------------------- planning
@@ -215,7 +216,8 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
             raise LaunchError(f"finetune_best of {experiment.config}: {e}") from None
         ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", finetune_dir,
                                 best.dir / "config.yaml", overrides, config,
-                                experiment.finetune_best.analyses, finetune_of=best.dir))
+                                experiment.finetune_best.analyses, finetune_of=best.dir,
+                                train_processes=best.train_processes))
     return [dataclasses.replace(run, index=i, count=len(ready)) for i, run in enumerate(ready)], waiting
 
 
@@ -330,13 +332,16 @@ def pending_commands(run: PlannedRun) -> list[list[str]]:
     commands = []
     if results_only(run):
         return check_results_only(run)
+    # torchrun's standalone mode: one machine, a free rendezvous port of its own
+    train = [py, *(["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.train_processes}"]
+                   if run.train_processes > 1 else []), str(SCRIPTS["train"])]
     if not (run.dir / "last.pt").is_file():
         source = ["--finetune", str(run.finetune_of)] if run.finetune_of else [str(run.config_path)]
-        commands.append([py, str(SCRIPTS["train"]), *source, *run.overrides])
+        commands.append([*train, *source, *run.overrides])
     else:
         check_same_experiment(run)
         if not is_finished(run):
-            commands.append([py, str(SCRIPTS["train"]), "--resume", str(run.dir), *resume_overrides(run)])
+            commands.append([*train, "--resume", str(run.dir), *resume_overrides(run)])
     training = bool(commands)
     best = run.dir / "best.pt"
     device = () if run.config.run.device == "auto" else ("--device", run.config.run.device)
@@ -403,12 +408,19 @@ def processor_from_cpuinfo(text: str) -> str | None:
     return fields["model name"]
 
 
+def script_name(command: list[str]) -> str:
+    """The repository script a command runs ("train.py"), also under torchrun; for another
+    command, its first argument ("-c")."""
+    return next((Path(arg).name for arg in command[1:] if arg.endswith(".py")),
+                command[1] if len(command) > 1 else command[0])
+
+
 def record_cpu_time(path: Path | None, command: list[str], usage, started: float) -> None:
     """Append the command's line to `path` (a run's cpu_times.jsonl): its CPU seconds from
     `usage` (ru_utime, ru_stime), its wall seconds since `started`."""
     if path is None or usage is None or not path.parent.is_dir():
         return
-    script = Path(command[1]).name if len(command) > 1 else command[0]
+    script = script_name(command)
     record = {"script": script,
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "user_s": round(usage.ru_utime, 2),
               "sys_s": round(usage.ru_stime, 2), "wall_s": round(time.time() - started, 2),
@@ -425,7 +437,7 @@ def execute(run: PlannedRun, commands: list[list[str]], env: dict | None = None,
     """Run a run's commands in order; "done", "incomplete" or "failed: ..." (why)."""
     for command in commands:
         code = run_command(command, env, log, account=run.dir / CPU_TIMES)
-        script = Path(command[1]).name
+        script = script_name(command)
         if code != 0:
             return f"failed: {script} exited with {code}"
         if script == "train.py" and not is_finished(run):
@@ -438,8 +450,8 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
         kept = " (its result files; no checkpoint)" if results_only(run) else ""
         return f"finished and evaluated{kept}: skip"
     first = commands[0]
-    if Path(first[1]).name != "train.py":
-        return "finished: " + ", ".join(Path(c[1]).stem for c in commands)
+    if script_name(first) != "train.py":
+        return "finished: " + ", ".join(Path(script_name(c)).stem for c in commands)
     return "resume" if "--resume" in first else "new"
 
 

@@ -7,6 +7,7 @@ a subprocess test checks the real entry point and `run_command` itself.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -400,6 +401,9 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     (["--jobs", "0"], "--jobs: expected an integer >= 1, got 0"),
     (["--jobs", "two"], "--jobs: invalid int value: 'two'"),
     (["--jobs", "2", "--mode", "gpus"], "--jobs belongs to --mode local (on GPUs: --runs-per-gpu)"),
+    (["--nproc", "0"], "--nproc: expected an integer >= 1, got 0"),
+    (["--nproc", "2", "--jobs", "2"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
+    (["--nproc", "2", "--mode", "slurm"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
 ])
 def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -427,6 +431,28 @@ def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
         assert times[0]["cpu_in_metrics"] and "cpu_in_metrics" not in times[1]
         epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert 0 < sum(e["cpu_seconds"] for e in epochs) <= times[0]["cpu_s"]
+
+
+def test_nproc_trains_under_torchrun_and_counts_every_process(overrides, tmp_path, capsys):
+    """--nproc 2: the dry run shows train.py under torchrun (evaluate.py as ever); for real, the
+    run trains in two processes and its train.py line's CPU time covers both ranks' epochs."""
+    out = tmp_path / "ddp"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "--nproc", "2", "--dry-run"]) == 0
+    commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert commands[0][:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               "--nproc_per_node=2", str(REPO / "train.py")]
+    assert commands[1][:2] == [sys.executable, str(REPO / "evaluate.py")]
+    proc = subprocess.run([sys.executable, "sweep.py", CONFIG, *overrides, "--seeds", "1", "--out", str(out),
+                           "--nproc", "2"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = out / "ptb-softmax-seed1"
+    assert json.loads((run / "eval_best.json").read_text())["test_ppl"] > 1
+    assert json.loads((run / "run.json").read_text())["world_size"] == 2
+    times = [json.loads(line) for line in (run / "cpu_times.jsonl").read_text().splitlines()]
+    assert [t["script"] for t in times] == ["train.py", "evaluate.py"] and times[0]["cpu_in_metrics"]
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert 0 < sum(e["cpu_seconds"] for e in epochs) <= times[0]["cpu_s"]
 
 
 # ---------------------------------------------------------------------- sweeps sharing a folder
