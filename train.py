@@ -16,7 +16,9 @@ One optimizer step:
      anything is saved) if the loss, the gradient norm or any weight is non-finite.
 One epoch: steps over the whole training stream, then validation (on the averaged weights
 once ASGD runs), the best-by-validation checkpoint, the NT-/ET-ASGD switch or, on ASGD, the
-early stops (train.early_stop_nonmono, train.plateau_gain), last.pt.
+early stops (train.early_stop_nonmono, train.plateau_gain), last.pt. A run started from trained
+weights (train.init_from: finetuning) validates them before its first step: they are best.pt
+until an epoch beats them, as in [AWD]'s finetune.py.
 
 Under torchrun (experiment/distributed.py) each of N processes owns an equal block of the batch's
 columns and cuts it into chunks of `small_batch_size`; each chunk's loss keeps its weight, its
@@ -256,6 +258,15 @@ class Trainer:
                     checkpoint.save_best(self, val_loss)
         return self.world.broadcast(val_loss)
 
+    def validate_starting_weights(self) -> float:
+        """A run started from trained weights (train.init_from: finetuning) scores them first, as
+        [AWD]'s and [MoS]'s finetune.py do: best.pt holds them until an epoch beats them, so the
+        run never ends with a best model worse than the one it started from."""
+        started = clock()
+        self.progress.best_val = self.validate()
+        self.progress.add_time(started, training=False)
+        return self.progress.best_val
+
     def fit(self) -> None:
         """Epochs until the run is finished, or run.max_steps or a signal (TrainingStopped) stops it."""
         with self.signals:
@@ -308,6 +319,8 @@ def start_trainer(run: PreparedRun, world: World) -> Trainer:
     trainer = Trainer(run.config, run.model, run.corpus, run.run_dir, run.device, world)
     if run.resume_ckpt is not None:
         checkpoint.load_last(trainer, run.resume_ckpt, run.run_dir / "last.pt")   # shapes, finite weights checked
+    elif run.config.train.init_from:
+        trainer.validate_starting_weights()
     if world.is_main:
         keep_epochs(run.run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
         write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())
@@ -323,6 +336,9 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
     config, run_dir = run.config, run.run_dir
     if world.is_main:
         report_start(run, world, trainer.progress, count_parameters(trainer.model))
+        if run.resume_ckpt is None and config.train.init_from:
+            print(f"starting weights ({config.train.init_from}): valid ppl "
+                  f"{math.exp(trainer.progress.best_val):.2f}, in best.pt until an epoch beats them")
     if config.run.tensorboard and world.is_main:
         trainer.run_log.open_tensorboard(trainer.progress.step)
     try:

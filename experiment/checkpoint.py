@@ -193,12 +193,15 @@ def rank_rng_state(ckpt: dict, rank: int) -> dict:
 # whether it averages), progress, random-number streams and hidden states.
 
 def save_best(trainer, val_loss: float) -> None:
-    """best.pt: the model as it was validated (the ASGD averages once averaging), no optimizer."""
+    """best.pt: the model as it was validated (the ASGD averages once averaging), no optimizer;
+    before the first step (a run from train.init_from scores its starting weights), epoch 0."""
+    p = trainer.progress
+    trained = p.step > 0
     save_atomic({
         "format": FORMAT, "kind": "best", "config": trainer.config.to_dict(),
         **trainer.vocab, "model": trainer.model.state_dict(),
-        "epoch": trainer.progress.epoch, "step": trainer.progress.step, "val_loss": val_loss,
-        "averaged": trainer.averaging}, trainer.run_dir / "best.pt")
+        "epoch": p.epoch if trained else 0, "step": p.step, "val_loss": val_loss,
+        "averaged": trainer.averaging and trained}, trainer.run_dir / "best.pt")
 
 
 def save_last(trainer) -> None:

@@ -93,11 +93,14 @@ class TrainConfig:
     plateau_gain: Optional[float] = None
     plateau_window: int = 5
     init_from: Optional[str] = None         # checkpoint whose model weights start the run
+    # The lr of the finetuning stage (train.py --finetune); null: train.lr, as [AWD] finetune.py,
+    # whose default is the training one. MoS's README finetunes at 25 on PTB, 20 on WT2.
+    finetune_lr: Optional[float] = None
     eval_batch_size: int = 10
     test_batch_size: int = 1
 
     def __post_init__(self):
-        for name in ("lr", "batch_size", "epochs", "small_batch_size", "bptt",
+        for name in ("lr", "finetune_lr", "batch_size", "epochs", "small_batch_size", "bptt",
                      "asgd_switch_epoch", "nonmono", "plateau_window", "eval_batch_size", "test_batch_size"):
             _positive(name, getattr(self, name))
         for name in ("max_seq_len_delta", "clip", "wdecay", "alpha", "beta"):

@@ -36,13 +36,15 @@ FINETUNE_DIR = "finetune"
 CPU_TIMES = "cpu_times.jsonl"
 
 
-def finetune_overrides(source: Path) -> list[str]:
+def finetune_overrides(source: Path, finetune_lr: float | None) -> list[str]:
     """What makes a trained run's config (SOURCE/config.yaml) its finetuning ([AWD] finetune.py):
     start from its best weights, average from the first step, stop when the validation loss no
-    longer improves (the NT rule), in SOURCE/finetune. `train.py --finetune SOURCE` and the
+    longer improves (the NT rule), in SOURCE/finetune, at the config's train.finetune_lr where it
+    sets one (MoS's README: 25 on PTB after training at 20). `train.py --finetune SOURCE` and the
     sweep's finetuning of a plan's best run both use it."""
+    lr = [] if finetune_lr is None else [f"train.lr={finetune_lr}"]
     return [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
-            "train.early_stop_nonmono=true", f"run.dir={source / FINETUNE_DIR}"]
+            "train.early_stop_nonmono=true", *lr, f"run.dir={source / FINETUNE_DIR}"]
 
 
 def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -> str:

@@ -97,7 +97,9 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
             raise CheckpointError(f"--finetune {source}: the run has no validated model yet (no "
                                   f"best.pt, which finetuning starts from; train.py writes it at "
                                   f"the end of epoch 1)")
-        config = load_config(source / "config.yaml", finetune_overrides(source) + list(args.overrides))
+        trained = load_config(source / "config.yaml")
+        config = load_config(source / "config.yaml",
+                             finetune_overrides(source, trained.train.finetune_lr) + list(args.overrides))
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
     if config.run.dir:

@@ -211,7 +211,9 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
             continue
         overrides = experiment.finetune_best.overrides
         try:
-            config = load_config(best.dir / "config.yaml", [*finetune_overrides(best.dir), *overrides])
+            trained = load_config(best.dir / "config.yaml")
+            config = load_config(best.dir / "config.yaml",
+                                 [*finetune_overrides(best.dir, trained.train.finetune_lr), *overrides])
         except ConfigError as e:
             raise LaunchError(f"finetune_best of {experiment.config}: {e}") from None
         ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", finetune_dir,

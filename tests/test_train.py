@@ -427,6 +427,54 @@ def test_finetune_starts_from_the_best_model_with_asgd_and_stops_when_not_improv
     assert 0 < start_diff < 0.5
 
 
+def test_finetune_keeps_the_starting_weights_as_best_until_an_epoch_beats_them(et_run, tmp_path, capsys):
+    """[AWD]/[MoS] finetune.py validate the loaded model first and save only improvements on it:
+    a finetuning epoch that makes the model worse must not replace it in finetune/best.pt."""
+    start = torch.load(et_run / "best.pt", weights_only=True)
+    run_dir = tmp_path / "ruined"
+    # lr 2000 with clip 0.25: steps of norm up to 500, which wreck the tiny model.
+    assert train.main(["--finetune", str(et_run), "train.lr=2000", "train.epochs=1",
+                       f"run.dir={run_dir}"]) == 0
+    assert f"starting weights ({et_run / 'best.pt'}): valid ppl {math.exp(start['val_loss']):.2f}" in capsys.readouterr().out
+    [record] = metrics(run_dir)
+    assert record["val_loss"] > start["val_loss"]
+    assert record["best_val_ppl"] == pytest.approx(math.exp(start["val_loss"]), rel=1e-6)
+    best = torch.load(run_dir / "best.pt", weights_only=True)
+    assert_bitwise_equal(best["model"], start["model"])
+    assert (best["epoch"], best["step"], best["averaged"]) == (0, 0, False)
+    assert best["val_loss"] == pytest.approx(start["val_loss"], rel=1e-6)
+    # An ordinary finetuning epoch (the trained lr) that does beat them replaces them.
+    run_dir = tmp_path / "improved"
+    assert train.main(["--finetune", str(et_run), "train.epochs=1", f"run.dir={run_dir}"]) == 0
+    [record] = metrics(run_dir)
+    best = torch.load(run_dir / "best.pt", weights_only=True)
+    if record["val_loss"] < start["val_loss"]:
+        assert (best["epoch"], best["averaged"]) == (1, True) and best["step"] > 0
+        assert best["val_loss"] == pytest.approx(record["val_loss"], rel=1e-6)
+    else:
+        assert best["step"] == 0
+    assert best["val_loss"] == pytest.approx(min(record["val_loss"], start["val_loss"]), rel=1e-6)
+
+
+def test_finetune_takes_the_trained_configs_finetune_lr(ptb_slice, tmp_path):
+    """MoS's README finetunes at lr 25 (PTB) after training at 20; [AWD] at its training lr."""
+    assert load_config("configs/ptb/mos.yaml").train.finetune_lr == 25
+    assert load_config("configs/wt2/mos.yaml").train.finetune_lr == 20
+    assert load_config(PTB).train.finetune_lr is None
+    from tests.conftest import TINY
+    source = tmp_path / "source"
+    assert train.main([PTB, f"data.data_dir={ptb_slice}", *TINY, "train.epochs=1", "train.finetune_lr=7.5",
+                       f"run.dir={source}"]) == 0
+    assert load_config(source / "config.yaml").train.lr == load_config(PTB).train.lr   # training: train.lr
+    assert train.main(["--finetune", str(source), "run.max_steps=1", f"run.dir={tmp_path / 'f'}"]) == 0
+    assert load_config(tmp_path / "f" / "config.yaml").train.lr == 7.5
+    # A train.lr on the command line still wins.
+    assert train.main(["--finetune", str(source), "train.lr=3", "run.max_steps=1",
+                       f"run.dir={tmp_path / 'g'}"]) == 0
+    assert load_config(tmp_path / "g" / "config.yaml").train.lr == 3
+    assert train.main([PTB, f"data.data_dir={ptb_slice}", *TINY, "train.finetune_lr=0", "--dry-run"]) == 2
+
+
 @pytest.fixture
 def restore_float32_flags():
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
