@@ -46,7 +46,8 @@ def parse_args(argv=None):
     method.add_argument("--cache-theta", type=float, help="the cache's inverse temperature (PTB 1.0, WT2 0.662)")
     method.add_argument("--cache-lambda", type=float, help="the cache's weight in [0, 1) (PTB 0.1, WT2 0.1279)")
     method.add_argument("--cache-bptt", type=int,
-                        help="positions per forward pass (default 5000); memory and speed only")
+                        help="positions per forward pass (PTB 5000, WT2 2000); with --cache-start "
+                             "reference it also decides which positions start a chunk")
     method.add_argument("--cache-start", choices=cache.START_RULES,
                         help="where the cache starts being used: reference (default: AWD-LSTM's "
                              "pointer.py, once a whole window of history exists, not at the first "

@@ -26,8 +26,8 @@ Where the cache starts being used (`start`):
 The text is read at batch size 1 in chunks of `bptt` positions, the hidden state carried, and the
 (h_i, y_i) of the last `window` positions are carried from chunk to chunk. With "available" the
 chunk length changes memory and speed, not the result; with "reference" it also decides which
-positions start a chunk (the original's 5000 is the default). No more than `window` past states
-are kept.
+positions start a chunk (AWD-LSTM's pointer.py commands: 5000 on PTB, 2000 on WikiText-2, the
+published settings below). No more than `window` past states are kept.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class CacheSettings:
     window: int
     theta: float
     lam: float            # lambda, the cache's weight in the mixture
-    bptt: int = 5000      # positions per forward pass (the original's chunk length)
+    bptt: int = 5000      # positions per forward pass (pointer.py's default chunk length)
     start: str = "reference"   # where the cache starts being used: START_RULES
 
     def __post_init__(self):
@@ -66,10 +66,10 @@ class CacheSettings:
                 raise ValueError(f"--cache-{name}: expected {expected}, got {value}")
 
 
-# [Cache] and AWD-LSTM's settings for each dataset (AWD-LSTM after finetuning, valid / test:
-# PTB 53.2 / 52.5, WikiText-2 52.2 / 50.6).
-PUBLISHED = {"ptb": CacheSettings(window=500, theta=1.0, lam=0.1),
-             "wikitext-2": CacheSettings(window=3785, theta=0.662, lam=0.1279)}
+# [Cache] and AWD-LSTM's settings for each dataset, its README's pointer.py commands (AWD-LSTM
+# after finetuning, valid / test: PTB 53.2 / 52.5, WikiText-2 52.2 / 50.6).
+PUBLISHED = {"ptb": CacheSettings(window=500, theta=1.0, lam=0.1, bptt=5000),
+             "wikitext-2": CacheSettings(window=3785, theta=0.662, lam=0.1279, bptt=2000)}
 
 
 def mix(log_p_model: torch.Tensor, log_p_cache: torch.Tensor, lam: float) -> torch.Tensor:
