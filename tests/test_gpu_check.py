@@ -20,7 +20,11 @@ def test_the_self_check_runs_on_the_cpu_and_says_no_gpu_was_found(tmp_path):
     assert proc.returncode == 0, out + proc.stderr
     assert "torch " in out and "no GPU found: every check below runs on the CPU" in out
     assert "[ok] LSTM: cpu vs CPU" in out
-    for name in ("ss", "gss", "plif", "plif_frozen", "mos"):
+    # Every head whose options have `compile` (Mixtape's included), from the registry.
+    compiled = [name for name, head in HEADS.items()
+                if "compile" in getattr(head.Options, "__dataclass_fields__", {})]
+    assert {"ss", "gss", "plif", "plif_frozen", "mos", "mixtape"} <= set(compiled)
+    for name in compiled:
         assert f"[ok] {name} kernels: compiled" in out or f"{name} kernels: fell back to eager" in out
     for name in HEADS:
         assert f"[ok] {name} training: " in out
