@@ -2,7 +2,9 @@
 
 Columns and where each number comes from:
   #Params         run.json "params" (truncated to two decimals of millions, as [SB] prints them)
-  Time (s/epoch)  metrics.jsonl "seconds", the mean over all epochs of all the row's runs
+  Time (s/epoch)  metrics.jsonl "seconds", the mean over all epochs of all the row's runs: the
+                  training steps' wall time, validation left out (the reference code's printed
+                  epoch time includes it)
   Train ppl       metrics.jsonl "train_ppl" of the epoch with the lowest validation loss (the
                   epoch best.pt comes from); it is the running perplexity of that epoch's
                   training pass, with dropout, as train.py logs it
@@ -11,10 +13,12 @@ Columns and where each number comes from:
   p-value         two-sided unpaired Student t-test (equal variances) of the row's test
                   perplexities against the baseline (Softmax) row of the same dataset
   Press rank      rank_test.json "press_rank" (rank.py)
-Perplexities are mean ± sample standard deviation (ddof=1) over the row's runs. A run that lacks
-a number is listed under "Missing or incomplete", and a cell averaged over fewer runs than its
-row has says so with (n=k). So is a run whose metrics.jsonl has fewer than train.epochs epochs
-(unless its last epoch ended training early, as finetuning does).
+Perplexities and ranks are mean ± sample standard deviation (ddof=1) over the row's runs. A run
+that lacks a number is listed under "Missing or incomplete", and a cell averaged over fewer runs
+than its row has says so with (n=k). So is a run whose metrics.jsonl has fewer than
+train.epochs epochs (unless its last epoch ended training early, as finetuning does), and a
+test ppl or rank computed on other weights than best.pt's by metrics.jsonl (a run evaluated,
+then trained on): the step in eval_best.json / rank_test.json tells.
 
 With a published table of [SB] (`paper`, analysis/published.py: Table 2, Table 5, SM Tables 4/5,
 10/11, 12) the table takes the paper's layout: its columns, rows split by the config keys its
@@ -70,6 +74,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         result.missing.append("params (no run.json)")
 
     metrics = read_metrics(run_dir)
+    best_pt_step = best_checkpoint_step(metrics)
     if metrics:
         best = min(metrics, key=lambda r: r["val_loss"])
         result.train_ppl, result.val_ppl = best["train_ppl"], best["val_ppl"]
@@ -82,19 +87,46 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
 
     evaluation = read_json(run_dir / "eval_best.json")
     if evaluation is not None and "test_ppl" in evaluation:
-        result.test_ppl = evaluation["test_ppl"]
+        stale = stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
+        if stale:
+            result.missing.append(f"test_ppl ({stale})")
+        else:
+            result.test_ppl = evaluation["test_ppl"]
     else:
         result.missing.append(f"test_ppl (no eval_best.json: run python evaluate.py {run_dir})")
 
     rank = read_json(run_dir / "rank_test.json")
     ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
-    if rank is not None and "press_rank" in rank and ranked == "best.pt":
+    stale = rank is not None and stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
+    if rank is not None and "press_rank" in rank and ranked == "best.pt" and stale:
+        result.missing.append(f"press_rank ({stale})")
+    elif rank is not None and "press_rank" in rank and ranked == "best.pt":
         result.press_rank = rank["press_rank"]
     elif ranked is not None and ranked != "best.pt":    # rank.py RUN/last.pt writes the same file
         result.missing.append(f"press_rank (rank_test.json ranks {ranked}, not best.pt: run python rank.py {run_dir})")
     else:
         result.missing.append(f"press_rank (no rank_test.json: run python rank.py {run_dir})")
     return result
+
+
+def best_checkpoint_step(metrics: list[dict]) -> int | None:
+    """The step of the weights in best.pt by metrics.jsonl: the best epoch's, or 0 where a run
+    from train.init_from never beat its starting weights (its best_val_ppl, which counts them,
+    then stays below every epoch's); None without metrics or steps (older files)."""
+    if not metrics or any("step" not in r for r in metrics):
+        return None
+    best = min(metrics, key=lambda r: r["val_loss"])
+    return best["step"] if best["val_ppl"] <= metrics[-1].get("best_val_ppl", best["val_ppl"]) else 0
+
+
+def stale_note(result: dict, best_step: int | None, name: str, command: str) -> str | None:
+    """Why a result file is not of the weights best.pt holds now (a run evaluated, then trained
+    on and improved), or None: results.json carries the step of the weights it was computed on."""
+    step = result.get("step")
+    if best_step is None or step is None or step == best_step:
+        return None
+    return (f"{name} is of the weights at step {step:,}, but metrics.jsonl puts best.pt at step "
+            f"{best_step:,}: run {command} again")
 
 
 # ---------------------------------------------------------------------- statistics
@@ -193,8 +225,8 @@ def format_rank(values: Sequence[int], runs: int) -> str:
     if not values:
         return "—"
     distinct = sorted(set(values))
-    text = (f"{distinct[0]:,}" if len(distinct) == 1
-            else f"{np.mean(values):,.1f} ({distinct[0]:,}–{distinct[-1]:,})")
+    mean, std = mean_std(values)     # as [SB] prints ranks: mean ± sample std
+    text = f"{distinct[0]:,}" if len(distinct) == 1 else f"{mean:,.1f} ± {std:,.1f}"
     return text + (f" (n={len(values)})" if len(values) < runs else "")
 
 
@@ -363,7 +395,8 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
             "validation loss (metrics.jsonl); test ppl: eval_best.json; p-value: two-sided "
             "unpaired t-test (equal variances) of test ppl against the baseline row"
             + (f", seeds {', '.join(map(str, exclude_from_t_test))} left out of it" if exclude_from_t_test
-               else "") + ".\n")
+               else "") + "; time: the wall seconds of an epoch's training steps, validation left "
+            "out (the epoch time that the AWD-LSTM and MoS code print includes it).\n")
     if published:
         unmatched = sorted({row.label for row in table.rows if row.published is None})
         note += (f"\nColumns marked [SB]: {published.title}. {published.note}\n"

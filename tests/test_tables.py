@@ -97,7 +97,7 @@ def test_table_values(runs, tmp_path, capsys):
     p = stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue
     assert line == (f"| SS | 24.22M | 60.0 | 22.20 ± 0.00 | 60.34 ± 0.00 | "
                     f"{statistics.mean(SS_TEST):.2f} ± {statistics.stdev(SS_TEST):.2f} | {p:.2e} | "
-                    f"5,002.5 (5,001–5,004) | 4 |")
+                    f"5,002.5 ± {statistics.stdev([5001, 5002, 5003, 5004]):.1f} | 4 |")   # as [SB]: mean ± std
     assert "| Softmax | 24.22M | 52.0 |" in markdown and "| N/A | 402 | 3 |" in markdown
     assert "Every run found has all its numbers" in markdown
 
@@ -129,6 +129,38 @@ def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
     ss = read_csv(tmp_path / "t.csv")["SS"]
     assert ss["test_ppl_n"] == "3" and ss["train_ppl_n"] == "3"
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean([56.8, 56.7, 56.85]))
+
+
+def test_a_test_ppl_or_rank_of_other_weights_than_best_pt_is_reported_not_used(tmp_path):
+    """eval_best.json / rank_test.json carry the step of the weights they scored; a run evaluated
+    after epoch 2 and then trained on to a better epoch 3 has stale ones."""
+    root = tmp_path / "runs"
+    fresh = make_run(root, "ptb-softmax-fresh", "softmax", 1, test_ppl=57.0, press_rank=402,
+                     val_losses=(4.2, 4.1, 4.0))
+    stale = make_run(root, "ptb-softmax-stale", "softmax", 2, test_ppl=50.0, press_rank=9999,
+                     val_losses=(4.2, 4.1, 4.0))
+    # a finetuning run that never beat its starting weights: best.pt holds them (step 0)
+    kept = make_run(root, "ptb-softmax-kept", "softmax", 3, test_ppl=57.2, press_rank=402,
+                    val_losses=(4.2, 4.1, 4.15))
+    for run_dir, scored_step in ((fresh, 300), (stale, 200), (kept, 0)):
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for i, record in enumerate(records):
+            record["step"] = 100 * (i + 1)
+            record["best_val_ppl"] = math.exp(4.05 if run_dir == kept else min(r["val_loss"] for r in records[:i + 1]))
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        for name in ("eval_best.json", "rank_test.json"):
+            result = json.loads((run_dir / name).read_text())
+            (run_dir / name).write_text(json.dumps({**result, "step": scored_step}))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    missing = markdown.split("## Missing or incomplete")[1]
+    for name in ("eval_best.json", "rank_test.json"):
+        assert (f"{name} is of the weights at step 200, but metrics.jsonl puts best.pt at step 300"
+                in missing)
+    assert "ptb-softmax-fresh" not in missing and "ptb-softmax-kept" not in missing
+    assert "50.00" not in markdown and "9,999" not in markdown
+    softmax = read_csv(tmp_path / "t.csv")["Softmax"]
+    assert float(softmax["test_ppl_mean"]) == pytest.approx(statistics.mean([57.0, 57.2]))
 
 
 def test_rows_by_dataset_and_group_by_key(tmp_path):
