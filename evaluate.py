@@ -24,6 +24,7 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
+from experiment.cli import run_script
 from evaluation import cache, dynamic
 from experiment.config import ConfigError
 from evaluation.loop import evaluate_nll, perplexity
@@ -218,4 +219,4 @@ def describe_search(grid) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

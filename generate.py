@@ -19,6 +19,7 @@ import torch
 
 from data import DataError
 from experiment.checkpoint import CheckpointError
+from experiment.cli import run_script
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
 
@@ -80,4 +81,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
+from experiment.cli import run_script
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
@@ -289,4 +290,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

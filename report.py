@@ -29,6 +29,7 @@ from analysis import AnalysisError
 from analysis.commands import build_parser, run
 from data import DataError
 from experiment.checkpoint import CheckpointError
+from experiment.cli import run_script
 from experiment.config import ConfigError
 
 
@@ -47,4 +48,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -117,6 +117,9 @@ def parse_args(argv=None):
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit: expected an integer >= 1, got {args.limit}")
     args.plan = None                     # loaded in main(), where its errors become one line
+    if not Path(args.config).is_file():
+        parser.error(f"{args.config}: no such file (expected a plan, e.g. sweeps/cpu_seven_heads.yaml, "
+                     f"or a config with --out and --grid)")
     if is_plan(Path(args.config)):
         given = [flag for flag, value in (("--grid", args.grid), ("--rank", args.rank),
                                           ("--rank-args", args.rank_args)) if value]

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
                                 sample_targets)
 from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
+from experiment.cli import run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, write_text_atomic
@@ -218,4 +219,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

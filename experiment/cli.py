@@ -1,0 +1,19 @@
+"""How the scripts that read runs (evaluate.py, rank.py, generate.py, report.py, synthetic.py)
+end: with main()'s exit status, and on Ctrl-C with one line instead of a traceback from deep in
+torch. train.py and sweep.py catch the interruption themselves, to save and to say how to go on."""
+from __future__ import annotations
+
+import sys
+from typing import Callable, NoReturn
+
+
+def run_script(main: Callable[[], int]) -> NoReturn:
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        # Their result files are written whole at the end (or one by one, each whole), and the
+        # run directory's lock is released on the way out: the same command starts over.
+        print("interrupted (Ctrl-C): stopped before the end; run the same command again",
+              file=sys.stderr)
+        code = 130
+    sys.exit(code)
