@@ -127,6 +127,10 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
         if (converged / name).is_file():
             table = "\n".join(table_lines((converged / name).read_text(encoding="utf-8")))
             assert f"\n{table}\n" in page, f"docs/results_cpu.md does not show cpu_ptb_converged's {name}"
+    for name in ("d_sweep.md", "methods_d_sweep.md", "convergence_d_sweep.md"):   # every table of each
+        if (converged / name).is_file():
+            for table in tables((converged / name).read_text(encoding="utf-8")):
+                assert f"\n{table}\n" in page, f"docs/results_cpu.md does not show cpu_ptb_converged's {name}"
     shown = figures(page, RESULTS_PAGE)
     assert {f.relative_to(RESULTS).as_posix() for f in shown if f.parent == RESULTS / "report"} \
         >= {"report/curves.png", "report/spectra.png", "report/d_sweep.png"}
