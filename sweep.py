@@ -118,8 +118,7 @@ def parse_args(argv=None):
         parser.error(f"--limit: expected an integer >= 1, got {args.limit}")
     args.plan = None                     # loaded in main(), where its errors become one line
     if not Path(args.config).is_file():
-        parser.error(f"{args.config}: no such file (expected a plan, e.g. sweeps/cpu_seven_heads.yaml, "
-                     f"or a config with --out and --grid)")
+        return args                      # main() names the missing file, not a flag it lacks
     if is_plan(Path(args.config)):
         given = [flag for flag, value in (("--grid", args.grid), ("--rank", args.rank),
                                           ("--rank-args", args.rank_args)) if value]
@@ -225,7 +224,8 @@ def main(argv=None) -> int:
     config_path = Path(args.config)
     try:
         if not config_path.is_file():
-            raise LaunchError(f"{config_path}: config file not found")
+            raise LaunchError(f"{config_path}: config file not found (expected a plan, e.g. "
+                              f"sweeps/cpu_seven_heads.yaml, or a config with --out)")
         if is_plan(config_path):
             args.plan = load_plan(config_path)
             if args.report:
