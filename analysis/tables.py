@@ -97,11 +97,12 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
 
     rank = read_json(run_dir / "rank_test.json")
     ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
-    stale = rank is not None and stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
-    if rank is not None and "press_rank" in rank and ranked == "best.pt" and stale:
-        result.missing.append(f"press_rank ({stale})")
-    elif rank is not None and "press_rank" in rank and ranked == "best.pt":
-        result.press_rank = rank["press_rank"]
+    if rank is not None and "press_rank" in rank and ranked == "best.pt":
+        stale = stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
+        if stale:
+            result.missing.append(f"press_rank ({stale})")
+        else:
+            result.press_rank = rank["press_rank"]
     elif ranked is not None and ranked != "best.pt":    # rank.py RUN/last.pt writes the same file
         result.missing.append(f"press_rank (rank_test.json ranks {ranked}, not best.pt: run python rank.py {run_dir})")
     else:
@@ -121,7 +122,7 @@ def best_checkpoint_step(metrics: list[dict]) -> int | None:
 
 def stale_note(result: dict, best_step: int | None, name: str, command: str) -> str | None:
     """Why a result file is not of the weights best.pt holds now (a run evaluated, then trained
-    on and improved), or None: results.json carries the step of the weights it was computed on."""
+    on and improved), or None; each such file carries the step of the weights it was computed on."""
     step = result.get("step")
     if best_step is None or step is None or step == best_step:
         return None

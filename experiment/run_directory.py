@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
 
+from .config import Config, load_config
+
 LOCK_NAME = ".lock"
 _TEMP_NAME = re.compile(r"\..+\.tmp[0-9]+")        # what temp_path() gives
 
@@ -36,15 +38,17 @@ FINETUNE_DIR = "finetune"
 CPU_TIMES = "cpu_times.jsonl"
 
 
-def finetune_overrides(source: Path, finetune_lr: float | None) -> list[str]:
-    """What makes a trained run's config (SOURCE/config.yaml) its finetuning ([AWD] finetune.py):
-    start from its best weights, average from the first step, stop when the validation loss no
-    longer improves (the NT rule), in SOURCE/finetune, at the config's train.finetune_lr where it
-    sets one (MoS's README: 25 on PTB after training at 20). `train.py --finetune SOURCE` and the
-    sweep's finetuning of a plan's best run both use it."""
-    lr = [] if finetune_lr is None else [f"train.lr={finetune_lr}"]
-    return [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
-            "train.early_stop_nonmono=true", *lr, f"run.dir={source / FINETUNE_DIR}"]
+def finetune_config(source: Path, overrides: Sequence[str] = ()) -> Config:
+    """A trained run's config (SOURCE/config.yaml) made its finetuning ([AWD] finetune.py): start
+    from its best weights, average from the first step, stop when the validation loss no longer
+    improves (the NT rule), in SOURCE/finetune, at the config's train.finetune_lr where it sets
+    one (MoS's README: 25 on PTB after training at 20); then `overrides`. `train.py --finetune
+    SOURCE` and the sweep's finetuning of a plan's best run both use it. Raises ConfigError."""
+    trained = load_config(source / "config.yaml")
+    lr = [] if trained.train.finetune_lr is None else [f"train.lr={trained.train.finetune_lr}"]
+    return load_config(None, [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
+                              "train.early_stop_nonmono=true", *lr, f"run.dir={source / FINETUNE_DIR}",
+                              *overrides], base=trained.to_dict())
 
 
 def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -> str:

@@ -36,7 +36,7 @@ from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import RunDirectoryError, RunLock, finetune_overrides, run_name
+from .run_directory import RunDirectoryError, RunLock, finetune_config, run_name
 
 
 def parse_args(argv=None):
@@ -97,9 +97,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
             raise CheckpointError(f"--finetune {source}: the run has no validated model yet (no "
                                   f"best.pt, which finetuning starts from; train.py writes it at "
                                   f"the end of epoch 1)")
-        trained = load_config(source / "config.yaml")
-        config = load_config(source / "config.yaml",
-                             finetune_overrides(source, trained.train.finetune_lr) + list(args.overrides))
+        config = finetune_config(source, args.overrides)
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
     if config.run.dir:

@@ -35,7 +35,7 @@ import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.progress import TrainingProgress
-from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, RunDirectoryError, RunLock, finetune_overrides,
+from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, RunDirectoryError, RunLock, finetune_config,
                                      run_name)
 from . import LaunchError
 
@@ -185,8 +185,7 @@ def validation_ppl(run: PlannedRun) -> float | None:
 
 def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[str]]:
     """The second stage of the experiments that have one: for each, the finetuning of its run
-    with the lowest validation perplexity, as a run in BEST/finetune (the source's config with
-    `finetune_overrides`); and, for those whose runs are not all evaluated yet, what they wait for."""
+    with the lowest validation perplexity, as a run in BEST/finetune (`finetune_config`); and, for those whose runs are not all evaluated yet, what they wait for."""
     ready, waiting = [], []
     experiments = list(dict.fromkeys(run.experiment for run in runs
                                      if run.experiment is not None and run.experiment.finetune_best))
@@ -211,9 +210,7 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
             continue
         overrides = experiment.finetune_best.overrides
         try:
-            trained = load_config(best.dir / "config.yaml")
-            config = load_config(best.dir / "config.yaml",
-                                 [*finetune_overrides(best.dir, trained.train.finetune_lr), *overrides])
+            config = finetune_config(best.dir, overrides)
         except ConfigError as e:
             raise LaunchError(f"finetune_best of {experiment.config}: {e}") from None
         ready.append(PlannedRun(0, 0, f"{best.name}/{FINETUNE_DIR}", finetune_dir,
