@@ -208,9 +208,10 @@ class RunLog:
 
     def open_tensorboard(self, step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
+        log_dir = self.run_dir / "tensorboard"
+        wait_for_a_later_event_file_name(log_dir)
         # purge_step: events logged after last.pt was saved are dropped; they are logged again.
-        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=step + 1,
-                                    flush_secs=30)
+        self.writer = SummaryWriter(str(log_dir), purge_step=step + 1, flush_secs=30)
 
     def scalar(self, name: str, value: float, step: int) -> None:
         if self.writer is not None:
@@ -234,6 +235,23 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def wait_for_a_later_event_file_name(log_dir: Path) -> None:
+    """Wait, if need be, until a new event file's name sorts after every one in `log_dir`.
+
+    TensorBoard reads a run's event files in the order of their names,
+    events.out.tfevents.<whole seconds>.<host>.<pid>.<counter>, and a resumed run's purge
+    (its first event) drops only the events read before it. A resume within the same second
+    as the previous writer (in one process: counter 9 after 10 sorts first) would be read
+    first and purged by the older file instead: the new epochs would vanish from TensorBoard.
+    A strictly later second orders the files whatever follows it; the wait is under a second.
+    """
+    seconds = [int(p.name.split(".")[3]) for p in log_dir.glob("events.out.tfevents.*")
+               if p.name.split(".")[3].isdigit()] if log_dir.is_dir() else []
+    if seconds:
+        while time.time() < max(seconds) + 1:
+            time.sleep(max(seconds) + 1 - time.time())
 
 
 def keep_epochs(path: Path, completed: int) -> None:

@@ -7,7 +7,7 @@ import time
 import torch
 
 import train
-from experiment.progress import TrainingProgress, clock
+from experiment.progress import RunLog, TrainingProgress, clock
 from tests.conftest import TINY
 
 # The keys last.pt's "progress" dict has held since the first checkpoint format, and those added since.
@@ -85,3 +85,36 @@ def test_validation_is_charged_to_the_epochs_cpu_time_not_to_its_training_wall_t
         pass
     progress.add_time(started, training=False)
     assert progress.epoch_seconds == training_wall and progress.epoch_cpu_seconds >= training_cpu + 0.05
+
+
+def test_a_resume_within_the_same_second_keeps_its_events_in_tensorboard(tmp_path, monkeypatch):
+    """Event files are read in name order; the resumed writer's file must come after the first,
+    even in the same second and when the writers' counter goes from 9 to 10 (10 sorts first)."""
+    import tensorboard.summary.writer.event_file_writer as event_file_writer
+    from tests.test_train import tensorboard_scalars
+
+    class FrozenClock:                      # the same second until someone sleeps
+        now = 1_700_000_000.25
+
+        def time(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.now += max(seconds, 0.0)
+
+    frozen = FrozenClock()
+    monkeypatch.setattr(time, "time", frozen.time)
+    monkeypatch.setattr(time, "sleep", frozen.sleep)
+    monkeypatch.setattr(event_file_writer._global_uid, "_value", 9)
+    first = RunLog(tmp_path)
+    first.open_tensorboard(step=0)
+    first.scalar("epoch/val_ppl", 500.0, 10)            # logged, then killed before last.pt
+    first.close()
+    resumed = RunLog(tmp_path)
+    resumed.open_tensorboard(step=4)                    # last.pt at step 4: purge from step 5
+    resumed.scalar("epoch/val_ppl", 400.0, 10)
+    resumed.scalar("epoch/val_ppl", 300.0, 20)
+    resumed.close()
+    names = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
+    assert [name.endswith(".9") for name in names] == [True, False]     # the first run's, first
+    assert tensorboard_scalars(tmp_path, "epoch/val_ppl") == [(10, 400.0), (20, 300.0)]
