@@ -38,8 +38,11 @@ def test_each_script_ends_through_run_script(script):
     assert [ast.unparse(statement) for statement in main_block.body] == ["run_script(main)"]
 
 
+# A shell starts background commands with SIGINT ignored, and Python then leaves it ignored: the
+# child restores Python's own handler, so that the test does not depend on how pytest was started.
 CHILD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import rank
 from experiment.cli import run_script
 def long_computation(*args, **kwargs):
