@@ -7,10 +7,13 @@ Two records, because a sitting can end without a word (a machine stopped, kill -
   rank.py) with its CPU and wall seconds. A killed sitting has no line.
 - metrics.jsonl's `cpu_seconds`, which train.py writes with each epoch (the epoch's CPU time,
   training and validation, summed over the processes under torchrun), so a killed sitting keeps the cost of every epoch it finished.
-  sweep.py marks the train.py lines of such sittings `"cpu_in_metrics": true`, so that their CPU
-  time is counted once, from the epochs.
-A run's training CPU time is its epochs' `cpu_seconds` plus the train.py lines without the mark
-(the sittings of train.py versions before `cpu_seconds`). Whether every sitting has its line:
+  sweep.py marks the train.py lines of such sittings `"cpu_in_metrics": true`: their CPU time is
+  in both records, and must be counted once.
+A run's training CPU time is the larger of two counts of it: the train.py lines alone (each
+sitting's whole process: start-up, loading, the last save, the part-epoch it stopped in), which
+is the full count when every sitting has its line; and the epochs' `cpu_seconds` plus the lines
+without the mark (the sittings of train.py versions before `cpu_seconds`), which keeps the epochs
+of a killed sitting but not the sittings' time outside their epochs. Whether every sitting has its line:
 every epoch's training wall time (`seconds`) was spent inside a sitting, so the lines' wall time
 adds up to at least the epochs' unless a sitting is missing; then the wall hours are a lower
 bound, and so is the CPU time of epochs without `cpu_seconds`, unless a line marked
@@ -87,10 +90,11 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
     metrics = read_metrics(run_dir)
     train = [r for r in records if r["script"] == "train.py"]
     epochs_cpu = sum(m["cpu_seconds"] for m in metrics if "cpu_seconds" in m)
-    sittings_cpu = sum(r["cpu_s"] for r in train if not r.get("cpu_in_metrics"))
+    unmarked_cpu = sum(r["cpu_s"] for r in train if not r.get("cpu_in_metrics"))
+    train_cpu = max(sum(r["cpu_s"] for r in train), epochs_cpu + unmarked_cpu)
     every_sitting = sum(r["wall_s"] for r in train) >= sum(m.get("seconds", 0.0) for m in metrics)
     return Cost(name, config_value(config, "head.name") or "?", config_value(config, "model.emsize"),
-                config_value(config, "train.seed"), finetune, epochs_cpu + sittings_cpu,
+                config_value(config, "train.seed"), finetune, train_cpu,
                 sum(r["cpu_s"] for r in records if r["script"] != "train.py"),
                 sum(r["wall_s"] for r in records), len(train), len(metrics), every_sitting,
                 not every_sitting and any("cpu_seconds" not in m for m in metrics),
@@ -122,20 +126,23 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
               "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs),
               per_epoch(c) + marked(c), hours(c.train_cpu_s, c.cpu_lower_bound) + marked(c),
               hours(c.other_cpu_s), hours(c.cpu_s, c.cpu_lower_bound) + marked(c),
-              hours(c.wall_s, not c.every_sitting), ", ".join(c.processors)]
+              hours(c.wall_s, not c.every_sitting) + marked(c), ", ".join(c.processors)]
              for c in costs]
     total = sum(c.cpu_s for c in costs)
     cpu_at_least = any(c.cpu_lower_bound for c in costs)
+    any_marked = "*" if any(c.estimated for c in costs) else ""
     lines.append(["**all**", "", "", "", "", str(sum(c.sittings for c in costs)),
                   str(sum(c.epochs for c in costs)), "",
-                  hours(sum(c.train_cpu_s for c in costs), cpu_at_least), hours(sum(c.other_cpu_s for c in costs)),
-                  f"**{hours(total, cpu_at_least)}**",
-                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs)), ""])
+                  hours(sum(c.train_cpu_s for c in costs), cpu_at_least) + any_marked,
+                  hours(sum(c.other_cpu_s for c in costs)), f"**{hours(total, cpu_at_least)}**{any_marked}",
+                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs)) + any_marked,
+                  ""])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
                 f"from their {CPU_TIMES} and the epochs' cpu_seconds in metrics.jsonl: "
-                f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all. Train CPU "
-                f"s/epoch: the training CPU time over the epochs in metrics.jsonl (validation included; "
-                f"a sitting stopped mid-epoch adds its part-epoch until the run ends), much less "
+                f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all. Train CPU: "
+                f"every train.py sitting's, its start-up included, or where a killed sitting left no "
+                f"line, the epochs' own. Train CPU s/epoch: that time over the epochs in metrics.jsonl "
+                f"(validation included; a sitting stopped mid-epoch adds its part-epoch), much less "
                 f"changed than wall time when runs share the cores; compare it between runs of one "
                 f"processor.\n\n"
                 + markdown_table(header, lines))

@@ -90,16 +90,18 @@ def test_a_broken_config_is_named(tmp_path, capsys):
 NEW = {"cpu_in_metrics": True}       # a train.py line of a sweep.py that knows cpu_seconds
 
 
-def test_training_is_counted_from_the_epochs_cpu_seconds_once(tmp_path, capsys):
-    """The epochs' cpu_seconds, not the marked train.py line (which holds the same time and the
-    sitting's start-up): counting both would double it."""
+def test_training_is_counted_once_from_the_sittings_lines_start_up_included(tmp_path, capsys):
+    """The marked train.py line holds the epochs' cpu_seconds and the sitting's start-up and last
+    save: counted once, from the line (adding the epochs would double it; the epochs alone would
+    leave out the 5 s outside them)."""
     runs = tmp_path / "runs"
     epochs = [{"seconds": 90.0, "cpu_seconds": 100.0}, {"seconds": 90.0, "cpu_seconds": 110.0}]
     make_run(runs, "a", "softmax", [("train.py", 215, 200, NEW), ("evaluate.py", 10, 11)], epoch_records=epochs)
     rows, text = cost_rows(runs, tmp_path, capsys)
-    assert float(rows["a"]["train_cpu_s"]) == 210.0 and float(rows["a"]["cpu_s"]) == 220.0
+    assert float(rows["a"]["train_cpu_s"]) == 215.0 and float(rows["a"]["cpu_s"]) == 225.0
     assert rows["a"]["record"] == "complete" and "≥" not in text
-    assert "| `a` | Softmax | 32 | 1 | training | 1 | 2 | 105.0 | 0.06 |" in text
+    assert "| `a` | Softmax | 32 | 1 | training | 1 | 2 | 107.5 | 0.06 |" in text
+    assert "its start-up included" in text
 
 
 def test_a_killed_sitting_keeps_its_epochs_cost_and_its_wall_time_is_a_lower_bound(tmp_path, capsys):
@@ -135,8 +137,11 @@ def test_a_run_resumed_by_the_new_train_py_counts_both_records_and_an_estimate_i
     make_run(runs, "a", "gss", [("train.py", 190, 200, {"estimated": how}), ("train.py", 195, 205, NEW),
                                 ("rank.py", 50, 50)], epoch_records=epochs)
     rows, text = cost_rows(runs, tmp_path, capsys)
-    assert float(rows["a"]["train_cpu_s"]) == 380.0 and rows["a"]["record"] == "sitting estimated"
-    assert "| `a` | GSS | 32 | 1 | training | 2 | 4 | 95.0* | 0.11* | 0.01 | 0.12* | 0.13 |" in text
+    # The lines: 190 estimated + 195 measured (the epochs' 190 and its start-up).
+    assert float(rows["a"]["train_cpu_s"]) == 385.0 and rows["a"]["record"] == "sitting estimated"
+    # The estimate stands for the sitting's wall time too: every figure holding it is starred.
+    assert "| `a` | GSS | 32 | 1 | training | 2 | 4 | 96.2* | 0.11* | 0.01 | 0.12* | 0.13* |" in text
+    assert "| **all** |  |  |  |  | 2 | 4 |  | 0.11* | 0.01 | **0.12*** | 0.13* |" in text
     assert f"*: `a`, a sitting estimated: {how}" in text and "≥" not in text
 
 
