@@ -9,7 +9,7 @@ from typing import Sequence
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import head_label, markdown_table, read_json, write_csv
+from .runs import config_value, head_label, markdown_table, read_json, read_run_config, write_csv
 from .tables import read_run
 
 METHODS = (("plain", "eval_best.json"), ("cache", "eval_best_cache.json"),
@@ -25,21 +25,26 @@ def method_results(run_dir: Path) -> dict[str, dict]:
 
 def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     """PREFIX.md and PREFIX.csv; returns the Markdown."""
-    rows, csv_rows = [], []
+    listed = []                          # (run, its d, [(stage, results by method)])
     for run_dir in run_dirs:
         stages = [("trained", run_dir), ("finetuned", run_dir / FINETUNE_DIR)]
-        evaluated = [(stage, folder, method_results(folder)) for stage, folder in stages if folder.is_dir()]
-        if not any(set(found) - {"plain"} for _, _, found in evaluated) and len(evaluated) < 2:
+        evaluated = [(stage, method_results(folder)) for stage, folder in stages if folder.is_dir()]
+        if not any(set(found) - {"plain"} for _, found in evaluated) and len(evaluated) < 2:
             continue                    # neither finetuned nor evaluated with a method
-        run = read_run(run_dir)
-        for stage, folder, found in evaluated:
+        listed.append((read_run(run_dir), config_value(read_run_config(run_dir), "model.emsize"), evaluated))
+    if not listed:
+        raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic")
+    # Runs of several d (a d-sweep's) are told apart by it.
+    several_d = len({d for _, d, _ in listed}) > 1
+    rows, csv_rows = [], []
+    for run, d, evaluated in listed:
+        label = f"{head_label(run.head)}{f', d = {d}' if several_d else ''} (seed {run.seed})"
+        for stage, found in evaluated:
             cells = [f"{found[m][split]:.2f}" if m in found else "—"
                      for split, _ in SPLITS for m, _ in METHODS]
-            rows.append([f"{head_label(run.head)} (seed {run.seed})", stage, *cells])
-            csv_rows.append([run.dataset, run.head, run.seed, stage,
+            rows.append([label, stage, *cells])
+            csv_rows.append([run.dataset, run.head, d, run.seed, stage,
                              *(found[m][split] if m in found else None for split, _ in SPLITS for m, _ in METHODS)])
-    if not rows:
-        raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic")
     header = ["run", "weights", *(f"{name} {m}" for _, name in SPLITS for m, _ in METHODS)]
     text = ("# Plain, neural cache and dynamic evaluation\n\n" + markdown_table(header, rows)
             + "\nPerplexity of each run's best.pt (trained) and of its finetuning's (RUN/finetune): "
@@ -48,6 +53,6 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     write_csv(prefixed(out_prefix, ".csv"),
-              ["dataset", "head", "seed", "weights", *(f"{name}_{m}" for _, name in SPLITS for m, _ in METHODS)],
+              ["dataset", "head", "emsize", "seed", "weights", *(f"{name}_{m}" for _, name in SPLITS for m, _ in METHODS)],
               csv_rows)
     return text

@@ -91,6 +91,16 @@ def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):
     assert "| Softmax (seed 2) | trained | 210.00 | — | — | 200.00 | — | — |" in text
     assert "| Softmax (seed 2) | finetuned | 205.00 | 180.00 | 175.50 | 195.00 | 170.00 | 165.25 |" in text
     assert "MoS" not in text
+    with open(tmp_path / "methods.csv", newline="") as f:
+        assert [(r["head"], r["emsize"], r["weights"]) for r in csv.DictReader(f)] == [
+            ("softmax", "32", "trained"), ("softmax", "32", "finetuned")]
+    # Runs of several d, as a d-sweep's: each row names its d.
+    for d in (16, 64):
+        swept = cpu_run(tmp_path / "sweep", "softmax", 1, d=d)
+        (swept / "eval_best_cache.json").write_text(json.dumps({"val_ppl": 150.0 - d, "test_ppl": 140.0 - d}))
+    assert report.main(["methods", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    text = (tmp_path / "methods.md").read_text()
+    assert "| Softmax, d = 16 (seed 1) | trained |" in text and "| Softmax, d = 64 (seed 1) | trained |" in text
     empty = tmp_path / "empty"
     cpu_run(empty, "mos", 1, test_ppl=190.0)
     assert report.main(["methods", str(empty), "--out", str(out)]) == 2
