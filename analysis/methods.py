@@ -9,7 +9,7 @@ from typing import Sequence
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import config_value, head_label, markdown_table, read_json, read_run_config, write_csv
+from .runs import head_label, markdown_table, read_json, write_csv
 from .tables import read_run
 
 METHODS = (("plain", "eval_best.json"), ("cache", "eval_best_cache.json"),
@@ -31,7 +31,8 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
         evaluated = [(stage, method_results(folder)) for stage, folder in stages if folder.is_dir()]
         if not any(set(found) - {"plain"} for _, found in evaluated) and len(evaluated) < 2:
             continue                    # neither finetuned nor evaluated with a method
-        listed.append((read_run(run_dir), config_value(read_run_config(run_dir), "model.emsize"), evaluated))
+        run = read_run(run_dir, group_by=["model.emsize"])
+        listed.append((run, run.group[0], evaluated))
     if not listed:
         raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic")
     # Runs of several d (a d-sweep's) are told apart by it.

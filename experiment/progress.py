@@ -247,11 +247,11 @@ def wait_for_a_later_event_file_name(log_dir: Path) -> None:
     first and purged by the older file instead: the new epochs would vanish from TensorBoard.
     A strictly later second orders the files whatever follows it; the wait is under a second.
     """
-    seconds = [int(p.name.split(".")[3]) for p in log_dir.glob("events.out.tfevents.*")
-               if p.name.split(".")[3].isdigit()] if log_dir.is_dir() else []
-    if seconds:
-        while time.time() < max(seconds) + 1:
-            time.sleep(max(seconds) + 1 - time.time())
+    seconds = [int(second) for p in log_dir.glob("events.out.tfevents.*")
+               if (second := p.name.split(".")[3]).isdigit()]
+    later = max(seconds, default=-1) + 1
+    while time.time() < later:
+        time.sleep(later - time.time())
 
 
 def keep_epochs(path: Path, completed: int) -> None:
