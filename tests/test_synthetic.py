@@ -181,8 +181,9 @@ def test_a_head_that_can_represent_p_exactly_fits_it(head):
     # D >= M: E can be invertible, so every head can put any logits on every context.
     targets = sample_targets(60, 12, 0.1, seed=5)
     # A small constant lr: Adam's steps set a floor on how close it gets, and a few contexts
-    # have top-two probabilities within 1% of each other.
-    result = _fit(head, targets, 16, lr=0.003, max_steps=4000, tol=0.0)
+    # have top-two probabilities within 1% of each other. 2,500 steps take every head to a KL
+    # of at most 1.1e-3 (Mixtape's; the others' are below 7e-4), half the bound below.
+    result = _fit(head, targets, 16, lr=0.003, max_steps=2500, tol=0.0)
     assert result.mode_match == 100.0
     assert result.kl < 2e-3
 
