@@ -140,9 +140,10 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
 
 def test_the_readme_headline_is_the_reports_table_and_figure():
     """The README's headline is the converged study's table of every head at d = 32 with its note,
-    and its one figure the d-sweep's, each as a report wrote it."""
+    and its d-sweep's table and figure, each as a report wrote it."""
     section = readme_section()
-    heads = REPO / "results" / "cpu_ptb_converged" / "report" / "heads.md"
+    converged = REPO / "results" / "cpu_ptb_converged" / "report"
+    heads = converged / "heads.md"
     table = "\n".join(table_lines(heads.read_text(encoding="utf-8")))
     assert table and f"\n{table}\n" in section, \
         "README's Results on a CPU does not show cpu_ptb_converged's heads.md table as the report wrote it"
@@ -150,8 +151,11 @@ def test_the_readme_headline_is_the_reports_table_and_figure():
     assert measured == [table], "a table of measured results on the README that no report wrote"
     note = next(line for line in heads.read_text(encoding="utf-8").splitlines() if line.startswith("Mean ± "))
     assert f"\n{note}\n" in section, "README's note under the table is not the report's"
+    d_sweep = tables((converged / "d_sweep.md").read_text(encoding="utf-8"))
+    assert [t for t in tables(section) if t.startswith("| head |")] == d_sweep[:1], \
+        "README's d-sweep table is not the converged d_sweep.md's first table as the report wrote it"
     shown = figures(section, REPO / "README.md")
-    assert "d_sweep.png" in {f.name for f in shown}
+    assert converged / "d_sweep.png" in shown, "README does not show the converged d-sweep's figure"
     for figure in shown:
         assert figure.is_file() and figure.parent in REPORT_FOLDERS, figure
 
