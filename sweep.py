@@ -8,7 +8,7 @@ own directory.
     python sweep.py configs/ptb/gss.yaml --grid head.c=-1.5,-1,0 --grid head.k=2,2.5,3 --out runs/gss
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
-    python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 runs at a time a GPU
+    python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 at a time a GPU (PTB on an H200: no gain, docs/gpus.md)
     python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2       # 2 runs at a time on the CPU cores
     python sweep.py sweeps/cpu_converged_d_sweep.yaml --task 3 --nproc 2   # one run, DDP on 2 cores
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
@@ -73,7 +73,8 @@ def parse_args(argv=None):
                              "CPU, one run on all its cores finishes sooner than one on a core")
     parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
-                        help="gpus mode: keep K runs at a time on each GPU (default 1)")
+                        help="gpus mode: keep K runs at a time on each GPU (default 1; for the PTB "
+                             "models K > 1 gave no more tokens/s on an H200, docs/gpus.md)")
     parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                         help="slurm mode: an #SBATCH line, e.g. --sbatch=--time=48:00:00 (repeatable)")
     parser.add_argument("--array-limit", type=int, help="slurm mode: at most this many tasks at once")

@@ -46,7 +46,7 @@ from experiment.config import Config
 from experiment.distributed import DistributedError, World, exit_process
 from evaluation.loop import evaluate_nll
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, clock,
-                                 epoch_record, keep_epochs)
+                                 epoch_record, keep_epochs, peak_gpu_memory)
 from experiment.run_directory import RunDirectoryError, write_text_atomic
 from experiment.training_run import (PreparedRun, RunRefused, StopSignals, finish_message,
                                      lost_process_message, non_finite_message, on_every_rank,
@@ -193,8 +193,10 @@ class Trainer:
         if p.hidden is None:
             p.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
         steps = self.train_data.size(0)
-        display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2)
+        display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2, device=self.device)
                    if self.world.is_main else SilentProgress())
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)     # the epoch's peak, in metrics.jsonl
         started = clock()
         try:
             while p.position < steps - 1 - 1:
@@ -229,7 +231,8 @@ class Trainer:
             p.best_val = val_loss
         # The epoch's cost is every process's CPU time: under torchrun, the sum over the ranks.
         record = epoch_record(p, val_loss, "ASGD" if self.averaging else "SGD", t.lr,
-                              cpu_seconds=self.world.sum(p.epoch_cpu_seconds))
+                              cpu_seconds=self.world.sum(p.epoch_cpu_seconds),
+                              peak_memory=peak_gpu_memory(self.device))
         if self.should_switch_to_asgd(val_loss):
             self.optimizer = make_optimizer(self.model, t, AveragedSGD)
             p.asgd_start_epoch = p.epoch + 1

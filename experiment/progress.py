@@ -111,10 +111,22 @@ class TrainingProgress:
         return cls.from_dict(ckpt["progress"])
 
 
+def peak_gpu_memory(device: torch.device | str) -> int | None:
+    """The CUDA allocator's peak bytes on `device` since its last reset (train.py resets it at
+    each epoch's start); None off CUDA, where there is no such counter."""
+    device = torch.device(device)
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
 class EpochProgress:
     def __init__(self, config, epoch: int, step: int, position: int, last_position: int,
-                 interactive: bool | None = None):
+                 interactive: bool | None = None, device: torch.device | str = "cpu"):
         train, run = config.train, config.run
+        self.device = device
         self.interval, self.lr = run.log_interval, train.lr
         self.batch_size, self.bptt = train.batch_size, train.bptt
         self.epoch, self.epochs, self.max_steps = epoch, train.epochs, run.max_steps
@@ -165,7 +177,8 @@ class EpochProgress:
                 f"{self.last_position // self.bptt:5d} batches | step {step:8d} | "
                 f"{ms_per_step:7.1f} ms/step | {tokens_per_s:8,.0f} tok/s | loss {mean_nll:6.3f} | "
                 f"ppl {perplexity(mean_nll):8.2f} | lr {self.lr:g} | "
-                f"left: epoch {duration(epoch_left)}, run {duration(run_left)}")
+                f"left: epoch {duration(epoch_left)}, run {duration(run_left)}"
+                + (f" | peak {gib(peak)}" if (peak := peak_gpu_memory(self.device)) is not None else ""))
 
     def close(self) -> None:
         if self.bar is not None:
@@ -187,16 +200,18 @@ class SilentProgress:
 
 
 def epoch_record(progress: TrainingProgress, val_loss: float, optimizer: str, lr: float,
-                 cpu_seconds: float) -> dict:
+                 cpu_seconds: float, peak_memory: int | None = None) -> dict:
     """metrics.jsonl's line for the epoch `progress` has just trained, validated with `val_loss`;
-    `cpu_seconds` is its CPU time (every process's, under torchrun)."""
+    `cpu_seconds` is its CPU time (every process's, under torchrun); `peak_memory` the epoch's
+    peak GPU bytes (training and validation; rank 0's GPU), recorded on CUDA only."""
     train_nll = progress.epoch_train_nll
+    memory = {} if peak_memory is None else {"peak_gpu_memory_bytes": peak_memory}
     return {"epoch": progress.epoch, "step": progress.step, "optimizer": optimizer,
             "lr": lr, "seconds": round(progress.epoch_seconds, 3),
             "cpu_seconds": round(cpu_seconds, 3),
             "train_loss": train_nll, "train_ppl": perplexity(train_nll),
             "val_loss": val_loss, "val_ppl": perplexity(val_loss),
-            "best_val_ppl": perplexity(progress.best_val)}
+            "best_val_ppl": perplexity(progress.best_val), **memory}
 
 
 class RunLog:
@@ -221,6 +236,7 @@ class RunLog:
         line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
                 f"train ppl {record['train_ppl']:8.2f} | valid ppl {record['val_ppl']:8.2f} | "
                 f"lr {record['lr']:g} | {record['seconds']:7.1f} s | {record['optimizer']}"
+                + (f" | peak {gib(record['peak_gpu_memory_bytes'])}" if "peak_gpu_memory_bytes" in record else "")
                 + (" | switching to ASGD" if record.get("switched_to_asgd") else "")
                 + (" | no longer improving: done" if record.get("early_stop") else ""))
         tqdm.write(line)

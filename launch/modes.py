@@ -31,8 +31,9 @@ def visible_gpus() -> list[str]:
 
 def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: int = 1) -> dict[str, str]:
     """`runs_per_gpu` workers per GPU, each taking the next waiting run, so that each GPU trains
-    that many runs at a time (a small model leaves most of a big GPU idle:
-    benchmarks/bench_parallel.py measures what several give); output goes to DIR/sweep.log."""
+    that many runs at a time (benchmarks/bench_parallel.py measures what several give: nothing
+    for the PTB Softmax on an H200, docs/gpus.md; smaller models may gain); output goes to
+    DIR/sweep.log."""
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
     if runs_per_gpu < 1:

@@ -19,7 +19,8 @@ fit, or the GPU has no full-rate float64 for a float64 decomposition, "auto" run
 backend on the CPU instead (the rows are copied there). The final SVD of R runs on the GPU with
 cuSOLVER's gesvd (QR iteration, whose small singular values are accurate to rounding of the
 largest; the default gesvdj is an iterative Jacobi method documented to be unreliable for large
-matrices) when R, its copy and the SVD's workspace fit the budget, else on the CPU.
+matrices) when R, its copy and the SVD's workspace fit the budget and n is at most 26,711 (the
+largest gesvd takes), else on the CPU.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ _TORCH_MIN_BUDGET_ROWS = 256
 # Multiples of n x n values the final SVD holds on the GPU: R, the copy gesvd overwrites, and an
 # allowance of a quarter for its workspace (without singular vectors it needs O(n) per panel).
 _SVD_SQUARES = 2.25
+# The largest n x n matrix cuSOLVER's gesvd takes: it counts its workspace (about 3 n^2 values)
+# in a 32-bit integer, and cusolverDn[SD]gesvd_bufferSize refuses n = 26,712 and beyond with
+# CUSOLVER_STATUS_INVALID_VALUE (measured on an H200, CUDA 13.0, torch 2.11: float32 and float64
+# alike; n = 26,711 took 28.4 s there). WikiText-2's V = 33,278 is past it: its SVD runs on the CPU.
+CUSOLVER_GESVD_MAX_N = 26_711
 # GPUs whose float64 runs at half the float32 rate (compute capability): the data-centre parts.
 # Elsewhere float64 runs at 1/32 or 1/64 of it, slower than a CPU's LAPACK.
 _FULL_RATE_FLOAT64 = {(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)}
@@ -74,6 +80,14 @@ def torch_block_rows_within(max_memory: int, n_cols: int, element_size: int) -> 
 def svd_fits(n_cols: int, element_size: int, max_memory: int | None) -> bool:
     """Whether the final SVD of an n x n R fits `max_memory` bytes (None: no bound)."""
     return max_memory is None or _SVD_SQUARES * n_cols * n_cols * element_size <= max_memory
+
+
+def svd_device(device: torch.device, n_cols: int, element_size: int, max_memory: int | None) -> torch.device:
+    """Where the final SVD of an n x n R held on `device` runs: there when R, its copy and the
+    workspace fit `max_memory` and, on CUDA, cuSOLVER's gesvd takes n; else on the CPU (LAPACK)."""
+    stays = svd_fits(n_cols, element_size, max_memory) and (
+        device.type != "cuda" or n_cols <= CUSOLVER_GESVD_MAX_N)
+    return device if stays else torch.device("cpu")
 
 
 def full_rate_float64(device: torch.device) -> bool:
@@ -325,7 +339,8 @@ class StreamingSingularValues:
 
         The first call folds in the pending rows, runs a full SVD of R in the working dtype
         (torch.linalg.svdvals: LAPACK gesdd on CPU, cuSOLVER gesvd on CUDA, or on the CPU when
-        it does not fit `max_memory`) and releases R; later calls
+        it does not fit `max_memory` or n is past gesvd's CUSOLVER_GESVD_MAX_N) and releases R;
+        later calls
         return the same array, and `update` is no longer allowed.
         """
         if self._result is None:
@@ -333,8 +348,8 @@ class StreamingSingularValues:
                 raise RuntimeError("no rows have been added")
             matrix = self._backend.finish(self._pending)
             self._backend = None
-            if not svd_fits(self.n_cols, matrix.element_size(), self.max_memory):
-                matrix = matrix.cpu()                    # frees the device copy
+            # .to() a CPU copy frees the device's
+            matrix = matrix.to(svd_device(matrix.device, self.n_cols, matrix.element_size(), self.max_memory))
             # torch's SVD even for the lapack backend: x86 torch wheels bring MKL, whose gesdd
             # (the same LAPACK routine as numpy's/scipy's OpenBLAS one) ran 3.6x faster at
             # n = 4,000 (on par at 2,000; the gap opens once R outgrows the cache); n = 8,000

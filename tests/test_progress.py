@@ -7,7 +7,8 @@ import time
 import torch
 
 import train
-from experiment.progress import RunLog, TrainingProgress, clock
+from experiment.config import load_config
+from experiment.progress import EpochProgress, RunLog, TrainingProgress, clock, epoch_record, peak_gpu_memory
 from tests.conftest import TINY
 
 # The keys last.pt's "progress" dict has held since the first checkpoint format, and those added since.
@@ -118,3 +119,22 @@ def test_a_resume_within_the_same_second_keeps_its_events_in_tensorboard(tmp_pat
     names = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
     assert [name.endswith(".9") for name in names] == [True, False]     # the first run's, first
     assert tensorboard_scalars(tmp_path, "epoch/val_ppl") == [(10, 400.0), (20, 300.0)]
+
+
+def test_peak_gpu_memory_is_on_the_progress_line_and_in_the_epoch_record_on_cuda_only(tmp_path, monkeypatch, capsys):
+    """On CUDA the allocator's peak is on the step lines, the epoch line and in metrics.jsonl;
+    on the CPU, which has no such counter, none of the three names it."""
+    config = load_config("configs/ptb/softmax.yaml", ["run.log_interval=1"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30 + 2**29)
+    progress = TrainingProgress(epoch=1, step=1, epoch_nll_sum=4.0, epoch_tokens=1, best_val=4.0)
+    for device, expected in (("cpu", None), ("cuda:0", 3 * 2**30 + 2**29)):
+        line = EpochProgress(config, 1, 0, 0, 100, interactive=False, device=device).line(1, 4.0)
+        record = epoch_record(progress, 4.0, "SGD", 30.0, cpu_seconds=1.0, peak_memory=peak_gpu_memory(device))
+        (tmp_path / device).mkdir()
+        RunLog(tmp_path / device).log_epoch(record)
+        printed = capsys.readouterr().out
+        assert record.get("peak_gpu_memory_bytes") == expected
+        if expected is None:
+            assert "peak" not in line and "peak" not in printed
+        else:
+            assert line.endswith("| peak 3.50 GiB") and printed.rstrip().endswith("| peak 3.50 GiB")

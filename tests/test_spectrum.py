@@ -20,7 +20,8 @@ from spectrum import (
     rank_summary,
     streaming_singular_values,
 )
-from spectrum.streaming import singular_values_of, torch_backend_bytes, tpqrt_update
+from spectrum.streaming import (CUSOLVER_GESVD_MAX_N, singular_values_of, svd_device, torch_backend_bytes,
+                                tpqrt_update)
 
 DTYPES = [np.float32, np.float64]
 BACKENDS = ["lapack", "torch"]
@@ -323,6 +324,19 @@ def test_the_final_svd_on_cuda_uses_the_gesvd_driver(monkeypatch):
     singular_values_of(OnCuda())
     singular_values_of(torch.eye(2))
     assert calls == [{"driver": "gesvd"}, {}]
+
+
+def test_the_final_svd_leaves_the_gpu_past_gesvds_largest_n_or_the_memory_budget():
+    """cuSOLVER's gesvd refuses n > 26,711 (its 32-bit workspace count; measured on an H200):
+    WikiText-2's R (n = 33,278) must go to the CPU, PTB's (10,000) stay on the GPU."""
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert CUSOLVER_GESVD_MAX_N == 26_711
+    assert svd_device(gpu, 10_000, 4, None) == gpu
+    assert svd_device(gpu, 26_711, 4, None) == gpu
+    assert svd_device(gpu, 26_712, 4, None) == cpu
+    assert svd_device(gpu, 33_278, 4, 1 << 40) == cpu
+    assert svd_device(gpu, 10_000, 4, 2 * 10_000 ** 2 * 4) == cpu           # under 2.25 n^2 values
+    assert svd_device(cpu, 33_278, 4, None) == cpu
 
 
 PEAK_SCRIPT = """
