@@ -43,7 +43,7 @@ from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, w
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
-from spectrum.streaming import torch_backend_bytes
+from spectrum.streaming import CUSOLVER_GESVD_MAX_N, torch_backend_bytes
 from spectrum.robustness import NOISE_SCALES, press_rank_robustness
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -176,6 +176,17 @@ def open_streams(names: list[str], vocab: int, dtype: str, device: torch.device,
     return streams
 
 
+def cpu_svd_note(name: str, stream: StreamingSingularValues) -> str | None:
+    """Why a stream decomposed on the GPU takes its final SVD on the CPU (minutes at
+    WikiText-2's size), or None when it does not."""
+    if stream.device.type != "cuda" or stream.final_svd_device().type != "cpu":
+        return None
+    n = stream.n_cols
+    reason = (f"past the {CUSOLVER_GESVD_MAX_N:,} x {CUSOLVER_GESVD_MAX_N:,} cuSOLVER's gesvd takes"
+              if n > CUSOLVER_GESVD_MAX_N else "R, its copy and the workspace exceed the memory budget")
+    return f"the final SVD of the {n:,} x {n:,} R ({name}) runs on the CPU's LAPACK: {reason}; it can take many minutes"
+
+
 def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
                   data_dir: str | None, max_memory_gib: float | None = None) -> dict:
     run, model, source, limit = open_split(path, split, contexts, dtype, device, data_dir)
@@ -193,6 +204,8 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
 
     result = describe_run(run, split, limit)
     for name, stream in streams.items():
+        if note := cpu_svd_note(name, stream):
+            print(f"note: {note}", file=sys.stderr)
         values = stream.singular_values()            # one at a time: each frees its R
         write_atomic(run.run_dir / f"singular_values_{split}_{name}.npy",
                      lambda f, values=values: np.save(f, values))

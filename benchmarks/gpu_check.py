@@ -329,7 +329,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per head (default 20)")
     parser.add_argument("--fast", action="store_true", help="tiny shapes and 2 steps: a quick run (CI)")
     parser.add_argument("--full-svd", action="store_true",
-                        help="also the final SVD of WikiText-2's 33,278 x 33,278 R (minutes on a GPU)")
+                        help="also the final SVD of WikiText-2's 33,278 x 33,278 R (on the CPU's LAPACK, as "
+                             "rank.py runs it: past cuSOLVER gesvd's n = 26,711; minutes)")
     parser.add_argument("--skip-distributed", action="store_true", help="leave out the 2-process check")
     args = parser.parse_args(argv)
     if args.steps < 1:

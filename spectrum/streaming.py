@@ -334,6 +334,10 @@ class StreamingSingularValues:
                 self._pending = 0
         self._rows_seen += count
 
+    def final_svd_device(self) -> torch.device:
+        """Where singular_values() runs the SVD of R: see svd_device."""
+        return svd_device(self.device, self.n_cols, np.dtype(self.dtype).itemsize, self.max_memory)
+
     def singular_values(self) -> np.ndarray:
         """All min(m, n) singular values of the rows seen, descending, as float64.
 
@@ -348,8 +352,7 @@ class StreamingSingularValues:
                 raise RuntimeError("no rows have been added")
             matrix = self._backend.finish(self._pending)
             self._backend = None
-            # .to() a CPU copy frees the device's
-            matrix = matrix.to(svd_device(matrix.device, self.n_cols, matrix.element_size(), self.max_memory))
+            matrix = matrix.to(self.final_svd_device())      # a CPU copy frees the device's
             # torch's SVD even for the lapack backend: x86 torch wheels bring MKL, whose gesdd
             # (the same LAPACK routine as numpy's/scipy's OpenBLAS one) ran 3.6x faster at
             # n = 4,000 (on par at 2,000; the gap opens once R outgrows the cache); n = 8,000

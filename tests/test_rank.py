@@ -159,3 +159,23 @@ def test_max_memory_is_checked(capsys):
     with pytest.raises(SystemExit):
         rank.parse_args(["runs/x", "--max-memory", "0"])
     assert "--max-memory: expected a number of GiB > 0, got 0.0" in capsys.readouterr().err
+
+
+def test_rank_says_when_a_gpu_streams_final_svd_goes_to_the_cpu_and_why(monkeypatch):
+    """WikiText-2's R (33,278) is past cuSOLVER gesvd's 26,711: rank.py says the SVD runs on the
+    CPU and why, instead of sitting silent for minutes; nothing is said when it stays on the GPU
+    or the stream was on the CPU all along."""
+    from spectrum import StreamingSingularValues
+
+    def stream_on(device: str, n: int, max_memory=None) -> StreamingSingularValues:
+        stream = StreamingSingularValues(n, device="meta", max_memory=max_memory)   # no CUDA here
+        stream.device = torch.device(device)
+        return stream
+
+    wikitext = rank.cpu_svd_note("logp", stream_on("cuda", 33_278))
+    assert wikitext == ("the final SVD of the 33,278 x 33,278 R (logp) runs on the CPU's LAPACK: past the "
+                        "26,711 x 26,711 cuSOLVER's gesvd takes; it can take many minutes")
+    budget = rank.cpu_svd_note("transformed", stream_on("cuda", 10_000, max_memory=850 * 10**6))
+    assert budget is not None and "exceed the memory budget" in budget
+    assert rank.cpu_svd_note("logp", stream_on("cuda", 10_000)) is None
+    assert rank.cpu_svd_note("logp", StreamingSingularValues(50)) is None
