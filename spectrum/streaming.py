@@ -344,8 +344,7 @@ class StreamingSingularValues:
         The first call folds in the pending rows, runs a full SVD of R in the working dtype
         (torch.linalg.svdvals: LAPACK gesdd on CPU, cuSOLVER gesvd on CUDA, or on the CPU when
         it does not fit `max_memory` or n is past gesvd's CUSOLVER_GESVD_MAX_N) and releases R;
-        later calls
-        return the same array, and `update` is no longer allowed.
+        later calls return the same array, and `update` is no longer allowed.
         """
         if self._result is None:
             if self._rows_seen == 0:
