@@ -3,9 +3,11 @@ are what the plans' reports make of the committed runs: `sweep.py PLAN --report`
 results/cpu_ptb/ rewrites every committed report table unchanged, every table and figure the
 results page shows is one of those reports, and so are the README's headline table and figure;
 the README's summary against [SB] quotes numbers that the results page and docs/published.md
-hold. A report regenerated without the pages, or a number on them edited by hand, fails."""
+hold, and its Mixtape summary the converged runs' own files. A report regenerated without the
+pages, or a number on them edited by hand, fails."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -176,3 +178,24 @@ def test_the_readme_summary_against_sb_quotes_the_results_and_published_pages():
         sb, here = row.strip("|").split("|")
         assert numbers(sb) <= published, (row, numbers(sb) - published)
         assert numbers(here) <= measured, (row, numbers(here) - measured)
+
+
+def test_the_readme_mixtape_summary_quotes_the_converged_d_sweep():
+    """README's bullet on Mixtape against d quotes, for Mixtape, Softmax and MoS at d = 16 and 64
+    (and Mixtape at d = 32), each run's test ppl (eval_best.json), Press rank (rank_test.json) and,
+    at d = 16 and 64, its training CPU seconds an epoch (cost.md); a number retyped wrong fails."""
+    section = readme_section()
+    start = section.index("- **Mixtape against d**")
+    end = section.index("\n\n", start)
+    quoted = numbers(section[start:end])
+    converged = REPO / "results" / "cpu_ptb_converged"
+    cost_rows = {row.split("|")[1].strip(" `"): row.split("|")[8].strip()
+                 for row in table_lines((converged / "report" / "cost.md").read_text(encoding="utf-8"))[2:]}
+    runs = [(head, d) for head in ("mixtape", "softmax", "mos") for d in (16, 64)] + [("mixtape", 32)]
+    for head, d in runs:
+        name = f"ptb-{head}-model.emsize={d}-seed1"
+        test_ppl = json.loads((converged / name / "eval_best.json").read_text(encoding="utf-8"))["test_ppl"]
+        rank = json.loads((converged / name / "rank_test.json").read_text(encoding="utf-8"))["press_rank"]
+        assert f"{test_ppl:.2f}" in quoted and str(rank) in quoted, (name, test_ppl, rank)
+        if d != 32:
+            assert cost_rows[name].rstrip("*") in quoted, (name, cost_rows[name])
