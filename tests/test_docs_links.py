@@ -176,8 +176,9 @@ def test_the_checks_catch_a_broken_link_anchor_and_path(tmp_path, monkeypatch):
 
 
 def test_the_readmes_cost_table_quotes_the_benchmarks_page():
-    """The step costs under README's heads table are figures docs/benchmarks.md gives with their
-    commands: a number edited on the front page alone fails."""
+    """The step costs under README's heads table, and Mixtape's step against MoS's below it, are
+    figures docs/benchmarks.md gives with their commands: a number edited on the front page alone
+    fails."""
     from tests.conftest import doc_section
     section = doc_section("README.md", "Output heads")
     rows = [line for line in section.splitlines() if line.startswith("| ") and " MB |" in line]
@@ -187,3 +188,6 @@ def test_the_readmes_cost_table_quotes_the_benchmarks_page():
     for row in rows:
         quoted = set(number.findall(row.split("|", 2)[2])) - {"1", "15", "4", "32"}  # K, d, the unit
         assert quoted <= page, (row, quoted - page)
+    against_mos = section[section.index("Mixtape's full step is"):section.index("On an H200")]
+    quoted = set(number.findall(against_mos))
+    assert quoted and quoted <= page, (against_mos, quoted - page)
