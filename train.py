@@ -46,7 +46,7 @@ from experiment.config import Config
 from experiment.distributed import DistributedError, World, exit_process
 from evaluation.loop import evaluate_nll
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, clock,
-                                 epoch_record, keep_epochs, peak_gpu_memory)
+                                 epoch_record, keep_epochs, peak_gpu_memory, reset_peak_gpu_memory)
 from experiment.run_directory import RunDirectoryError, write_text_atomic
 from experiment.training_run import (PreparedRun, RunRefused, StopSignals, finish_message,
                                      lost_process_message, non_finite_message, on_every_rank,
@@ -195,8 +195,7 @@ class Trainer:
         steps = self.train_data.size(0)
         display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2, device=self.device)
                    if self.world.is_main else SilentProgress())
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)     # the epoch's peak, in metrics.jsonl
+        reset_peak_gpu_memory(self.device)                    # the epoch's peak, in metrics.jsonl
         started = clock()
         try:
             while p.position < steps - 1 - 1:

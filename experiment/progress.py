@@ -111,9 +111,16 @@ class TrainingProgress:
         return cls.from_dict(ckpt["progress"])
 
 
+def reset_peak_gpu_memory(device: torch.device | str) -> None:
+    """Start `peak_gpu_memory`'s count afresh (train.py: at each epoch's start); nothing off CUDA."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def peak_gpu_memory(device: torch.device | str) -> int | None:
-    """The CUDA allocator's peak bytes on `device` since its last reset (train.py resets it at
-    each epoch's start); None off CUDA, where there is no such counter."""
+    """The CUDA allocator's peak bytes on `device` since its last reset (reset_peak_gpu_memory);
+    None off CUDA, where there is no such counter."""
     device = torch.device(device)
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
