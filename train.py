@@ -36,6 +36,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -52,6 +53,7 @@ from experiment.training_run import (PreparedRun, RunRefused, StopSignals, finis
                                      lost_process_message, non_finite_message, on_every_rank,
                                      parse_args, prepare_run, report_start, signal_stop_message)
 from model import count_parameters
+from model.random_stream import GlobalRandomStream
 
 
 class TrainingStopped(Exception):
@@ -108,12 +110,19 @@ def column_chunks(batch_size: int, small_batch_size: int) -> list[tuple[int, int
     return [(s, min(s + small_batch_size, batch_size)) for s in range(0, batch_size, small_batch_size)]
 
 
+class StepBatch(NamedTuple):
+    seq_len: int                 # the sampled length (the position moves on by it)
+    inputs: torch.Tensor         # (seq_len', B): shortened at the end of the stream
+    targets: torch.Tensor
+
+
 class Trainer:
-    """One run's training on this process: the step, the epoch, validation, the ASGD switch and
-    the loop (`fit`). Where it stands is `progress`; experiment/checkpoint.py saves it in last.pt."""
+    """One run's training on this process: the step, the epoch, validation and the ASGD switch;
+    `train_runs` is the loop. Where it stands is `progress`; experiment/checkpoint.py saves it
+    in last.pt."""
 
     def __init__(self, config: Config, model, corpus, run_dir: Path, device: torch.device,
-                 world: World | None = None):
+                 world: World | None = None, label: str | None = None):
         self.config, self.model, self.run_dir, self.device = config, model, run_dir, device
         self.world = world = world or World()
         t = config.train
@@ -132,7 +141,11 @@ class Trainer:
         self.progress = TrainingProgress(asgd_start_epoch=1 if averaging_from_start else None)
         self.signals = StopSignals(world)    # the signal received, set by its handler
         self.stop_signal = None        # the signal that stops training, agreed by every rank
-        self.run_log = RunLog(run_dir)       # the epochs' lines, metrics.jsonl, TensorBoard (rank 0)
+        # Where its masks' random numbers come from: the process's generators, or in a group its
+        # own (experiment/group.py). last.pt saves its state.
+        self.random_stream = GlobalRandomStream(device)
+        self.label = label             # in a group: the run's name before each of its lines
+        self.run_log = RunLog(run_dir, label)   # the epochs' lines, metrics.jsonl, TensorBoard (rank 0)
 
     @property
     def averaging(self) -> bool:
@@ -148,77 +161,109 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> float:
-        t, p = self.config.train, self.progress
+        """One optimizer step (the module docstring's 1-3); its mean training NLL."""
+        batch = self.begin_step()
+        for c, (start, end) in enumerate(self.chunks):
+            with self.world.accumulating(self.training_model, last_chunk=c == len(self.chunks) - 1):
+                out = self.training_model(batch.inputs[:, start:end], detach(self.progress.hidden[c]),
+                                          batch.targets[:, start:end])
+                self.chunk_loss(c, out).backward()
+        # Under torchrun the same collective tells every rank the whole batch's loss, any rank's
+        # non-finite value and any rank's stop signal, so all take the same decisions.
+        checks, self.stop_signal = self.world.agree_on_step(self.update(), self.signals.received)
+        return self.end_step(checks, batch)
+
+    def begin_step(self) -> StepBatch:
+        """Step 1: the step's length (and lr), its data, the gradients zeroed."""
+        t = self.config.train
         seq_len = self.sampler.sample()
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * seq_len / t.bptt
-        inputs, targets = get_batch(self.train_data, p.position, seq_len)
+        inputs, targets = get_batch(self.train_data, self.progress.position, seq_len)
         self.training_model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = torch.zeros(2, device=self.device)        # (NLL, loss) of this process's chunks
-        for c, (start, end) in enumerate(self.chunks):
-            with self.world.accumulating(self.training_model, last_chunk=c == len(self.chunks) - 1):
-                out = self.training_model(inputs[:, start:end], detach(p.hidden[c]), targets[:, start:end])
-                p.hidden[c] = out.hidden
-                nll, loss = regularized_loss(out, t.alpha, t.beta)
-                weight = (end - start) / t.batch_size       # the chunk's share of the whole batch
-                loss = loss * weight
-                loss.backward()
-            totals += torch.stack([nll.detach() * weight, loss.detach()])
+        self.step_totals = torch.zeros(2, device=self.device)   # (NLL, loss) of this process's chunks
+        return StepBatch(seq_len, inputs, targets)
+
+    def chunk_loss(self, c: int, out) -> torch.Tensor:
+        """Step 2 for column chunk `c`, given its forward: carry its hidden state, and the loss to
+        back-propagate, weighted by the chunk's share of the whole batch."""
+        t = self.config.train
+        self.progress.hidden[c] = out.hidden
+        nll, loss = regularized_loss(out, t.alpha, t.beta)
+        start, end = self.chunks[c]
+        weight = (end - start) / t.batch_size
+        loss = loss * weight
+        self.step_totals += torch.stack([nll.detach() * weight, loss.detach()])
+        return loss
+
+    def update(self) -> torch.Tensor:
+        """Step 3 up to its checks: clip, SGD / ASGD step; the checks (the step's NLL and loss,
+        the gradient norm, every weight's extremes) as one tensor on the device, not yet read."""
+        t = self.config.train
         if t.clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.clip)
         else:
             grad_norm = global_norm([p.grad for p in self.params if p.grad is not None])
         self.optimizer.step()
-        # One device sync per step for every check: a finite loss can still give an infinite
-        # gradient, and a finite gradient times a huge lr can still give infinite weights. Under
-        # torchrun the same collective tells every rank the whole batch's loss, any rank's
-        # non-finite value and any rank's stop signal, so all take the same decisions.
-        checks = torch.cat([totals, grad_norm.reshape(1), extremes(self.params)])
-        checks, self.stop_signal = self.world.agree_on_step(checks, self.signals.received)
+        # Read at one device sync per step for every check: a finite loss can still give an
+        # infinite gradient, and a finite gradient times a huge lr can still give infinite weights.
+        return torch.cat([self.step_totals, grad_norm.reshape(1), extremes(self.params)])
+
+    def end_step(self, checks: list[float], batch: StepBatch) -> float:
+        """The checks read: stop if any is non-finite (TrainingStopped, exit code 3, nothing of
+        the step saved), else count the step."""
+        p = self.progress
         step_nll, step_loss, norm = checks[:3]
         if not all(map(math.isfinite, checks)):
             raise TrainingStopped(non_finite_message(step_loss, norm, p, self.run_dir), 3)
-        tokens = targets.numel() * self.world.size
+        tokens = batch.targets.numel() * self.world.size
         p.step += 1
-        p.position += seq_len        # the sampled length, as in the original code
+        p.position += batch.seq_len        # the sampled length, as in the original code
         p.epoch_nll_sum += step_nll * tokens
         p.epoch_tokens += tokens
         return step_nll
 
     # ------------------------------------------------------------------ one epoch
-    def train_epoch(self) -> bool:
-        """Train to the end of the epoch; False if run.max_steps or a signal stopped it first."""
-        run, p = self.config.run, self.progress
+    def start_epoch(self) -> None:
+        """The epoch's hidden states (zero at its start), its progress display, its GPU peak."""
+        p = self.progress
         if p.hidden is None:
             p.hidden = [self.model.init_hidden(end - start) for start, end in self.chunks]
-        steps = self.train_data.size(0)
-        display = (EpochProgress(self.config, p.epoch, p.step, p.position, steps - 2, device=self.device)
-                   if self.world.is_main else SilentProgress())
+        self.display = (EpochProgress(self.config, p.epoch, p.step, p.position, self.last_position,
+                                      device=self.device, label=self.label)
+                        if self.world.is_main else SilentProgress())
         reset_peak_gpu_memory(self.device)                    # the epoch's peak, in metrics.jsonl
-        started = clock()
-        try:
-            while p.position < steps - 1 - 1:
-                if (run.max_steps and p.step >= run.max_steps) or self.stop_signal:
-                    p.add_time(started)
-                    self.save_last()
-                    return False
-                nll = self.train_step()
-                mean_nll = display.update(p.step, p.position, nll)
-                if mean_nll is not None:
-                    self.run_log.scalar("train/step_loss", mean_nll, p.step)
-                # Not after the epoch's last step: end_epoch saves last.pt right after validating,
-                # and a checkpoint at the step where the epoch's results are logged would leave
-                # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
-                if (run.checkpoint_every_steps and p.step % run.checkpoint_every_steps == 0
-                        and p.position < steps - 2):
-                    p.add_time(started)
-                    started = clock()
-                    self.save_last()
-        finally:
-            display.close()
-        p.add_time(started)
-        return True
+
+    @property
+    def last_position(self) -> int:
+        """The epoch ends when the position reaches it (every input has a target)."""
+        return self.train_data.size(0) - 2
+
+    @property
+    def epoch_done(self) -> bool:
+        return self.progress.position >= self.last_position
+
+    @property
+    def step_limit_reached(self) -> bool:
+        max_steps = self.config.run.max_steps
+        return bool(max_steps) and self.progress.step >= max_steps
+
+    def after_step(self, nll: float) -> None:
+        """The step's line or bar, its TensorBoard scalar, and last.pt every
+        run.checkpoint_every_steps steps."""
+        run, p = self.config.run, self.progress
+        mean_nll = self.display.update(p.step, p.position, nll)
+        if mean_nll is not None:
+            self.run_log.scalar("train/step_loss", mean_nll, p.step)
+        # Not after the epoch's last step: end_epoch saves last.pt right after validating,
+        # and a checkpoint at the step where the epoch's results are logged would leave
+        # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
+        if run.checkpoint_every_steps and p.step % run.checkpoint_every_steps == 0 and not self.epoch_done:
+            self.save_last()
+
+    def close_epoch(self) -> None:
+        self.display.close()
 
     def end_epoch(self) -> None:
         """Validate, keep the best model, maybe switch to ASGD, log, write last.pt."""
@@ -269,27 +314,89 @@ class Trainer:
         self.progress.add_time(started, training=False)
         return self.progress.best_val
 
-    def fit(self) -> None:
-        """Epochs until the run is finished, or run.max_steps or a signal (TrainingStopped) stops it."""
-        with self.signals:
-            while not self.progress.finished:
-                if not self.train_epoch():
-                    break
-                self.end_epoch()
-                self.stop_signal = self.world.agree_on_signal(self.signals.received)
-                if self.stop_signal:
-                    break
-        if self.stop_signal:
-            raise TrainingStopped(signal_stop_message(self.stop_signal, self.progress.step, self.run_dir,
-                                                      self.world), 128 + self.stop_signal)
-
     def save_last(self) -> None:
         """last.pt (its layout is in experiment/checkpoint.py)."""
         checkpoint.save_last(self)
 
 
+# ---------------------------------------------------------------------- the loop
+def train_runs(trainers: list[Trainer], take_step) -> dict[Trainer, TrainingStopped | None]:
+    """Train each run of `trainers` (a run alone, or a group's members) to its end, one step of
+    every run still training at a time: `take_step(running)` gives each one's step NLL, or the
+    TrainingStopped its step raised (a non-finite value: exit code 3). Each run validates when its
+    own epoch ends, and leaves when it is finished (its epochs, an early stop), reaches
+    run.max_steps, or its step stopped it; the others go on. A signal stops them all after the
+    current step, each saving last.pt. The time of each step is shared out evenly among the runs
+    that took it (their epochs' seconds and CPU seconds in metrics.jsonl).
+
+    Returns each run's end: None when it ended without an error (finished, or at run.max_steps),
+    else its TrainingStopped."""
+    ends: dict[Trainer, TrainingStopped | None] = {t: None for t in trainers}
+    running = [t for t in trainers if not t.progress.finished]
+    in_epoch: list[Trainer] = []
+    with trainers[0].signals:            # one handler: every run of a group shares it
+        since = clock()
+        while running:
+            for t in [t for t in running if t.stop_signal or t.step_limit_reached]:
+                if t in in_epoch:            # (at an epoch's end, end_epoch has just saved)
+                    t.close_epoch()
+                    in_epoch.remove(t)
+                    t.save_last()
+                running.remove(t)
+                if t.stop_signal:
+                    ends[t] = TrainingStopped(signal_stop_message(t.stop_signal, t.progress.step, t.run_dir,
+                                                                  t.world), 128 + t.stop_signal)
+            for t in running:
+                if t not in in_epoch:
+                    t.start_epoch()
+                    in_epoch.append(t)
+            stepped = list(running)
+            for t, result in zip(stepped, take_step(stepped) if stepped else []):
+                if isinstance(result, TrainingStopped):
+                    ends[t] = result
+                    t.close_epoch()
+                    in_epoch.remove(t)
+                    running.remove(t)
+                else:
+                    t.after_step(result)
+            since = share_time(stepped, since)
+            for t in [t for t in running if t.epoch_done]:
+                t.close_epoch()
+                in_epoch.remove(t)
+                t.end_epoch()            # validation: its own time, charged to its own epoch
+                t.stop_signal = t.world.agree_on_signal(t.signals.received)
+                if t.progress.finished:
+                    running.remove(t)
+            since = clock()
+    return ends
+
+
+def share_time(trainers: list[Trainer], since: tuple[float, float]) -> tuple[float, float]:
+    """Charge the time since `since` (a clock()) to the epochs of `trainers` in equal parts;
+    the clock now."""
+    now = clock()
+    for t in trainers:
+        t.progress.add_seconds((now[0] - since[0]) / len(trainers), (now[1] - since[1]) / len(trainers))
+    return now
+
+
+def steps_one_by_one(trainers: list[Trainer]) -> list:
+    """Each run's own step (train_step), one after another, each drawing from its own stream."""
+    results = []
+    for t in trainers:
+        try:
+            with t.random_stream:
+                results.append(t.train_step())
+        except TrainingStopped as e:
+            results.append(e)
+    return results
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.group:
+        from experiment.group import run_group
+        return run_group(args.group, args.group_step, args.dry_run)
     try:
         world = World.from_environment()
     except DistributedError as e:
@@ -312,13 +419,16 @@ def main(argv=None) -> int:
         return run_training(trainer, prepared, world)
 
 
-def start_trainer(run: PreparedRun, world: World) -> Trainer:
+def start_trainer(run: PreparedRun, world: World, random_stream=None, label: str | None = None) -> Trainer:
     """The trainer, joined to the other processes and continued from last.pt when resuming;
-    rank 0 writes config.yaml (and run.json for a new run)."""
+    rank 0 writes config.yaml (and run.json for a new run). A group's member brings its own
+    random stream and the label of its lines (experiment/group.py)."""
     run.model.to(run.device)
     world.connect(run.device)
     world.seed_random_stream(run.config.train.seed)
-    trainer = Trainer(run.config, run.model, run.corpus, run.run_dir, run.device, world)
+    trainer = Trainer(run.config, run.model, run.corpus, run.run_dir, run.device, world, label)
+    if random_stream is not None:
+        trainer.random_stream = random_stream
     if run.resume_ckpt is not None:
         checkpoint.load_last(trainer, run.resume_ckpt, run.run_dir / "last.pt")   # shapes, finite weights checked
     elif run.config.train.init_from:
@@ -344,11 +454,11 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
     if config.run.tensorboard and world.is_main:
         trainer.run_log.open_tensorboard(trainer.progress.step)
     try:
-        trainer.fit()
-    except TrainingStopped as e:
-        if world.is_main:
-            print(f"stopped: {e}", file=sys.stderr)
-        return e.exit_code
+        stopped = train_runs([trainer], steps_one_by_one)[trainer]
+        if stopped is not None:
+            if world.is_main:
+                print(f"stopped: {stopped}", file=sys.stderr)
+            return stopped.exit_code
     except (RunDirectoryError, OSError) as e:          # a full disk, a vanished directory
         reason = e if isinstance(e, RunDirectoryError) else f"cannot write into {run_dir} ({e.strerror or e})"
         print(f"error: {reason}; training stopped at step {trainer.progress.step}", file=sys.stderr)

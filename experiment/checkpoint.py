@@ -144,14 +144,11 @@ def load_model_state(model: torch.nn.Module, state: dict, path) -> None:
     model.load_state_dict(state)
 
 
-def rng_state(sampler, device: torch.device) -> dict:
-    """The random-number state a run continues from: the CPU's, the sampler's and, on a GPU, the
-    training device's CUDA state only (the other visible GPUs' streams are not the run's, and
-    they may not be visible when it resumes)."""
-    state = {"torch": torch.get_rng_state(), "sampler": sampler.state_dict(), "cuda": None}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
+def rng_state(sampler, stream) -> dict:
+    """The random-number state a run continues from: its stream's (model/random_stream.py: the
+    CPU's and, on a GPU, the training device's CUDA state only, for the other visible GPUs'
+    streams are not the run's, and they may not be visible when it resumes) and the sampler's."""
+    return {**stream.state(), "sampler": sampler.state_dict()}
 
 
 def training_device_cuda_state(state: dict, device: torch.device, path) -> torch.Tensor | None:
@@ -175,12 +172,9 @@ def training_device_cuda_state(state: dict, device: torch.device, path) -> torch
     return saved[index]
 
 
-def restore_rng_state(state: dict, sampler, device: torch.device, path) -> None:
-    cuda_state = training_device_cuda_state(state, device, path)
-    torch.set_rng_state(state["torch"])
+def restore_rng_state(state: dict, sampler, stream, path) -> None:
+    stream.restore(state["torch"], training_device_cuda_state(state, stream.device, path))
     sampler.load_state_dict(state["sampler"])
-    if cuda_state is not None:
-        torch.cuda.set_rng_state(cuda_state, device)
 
 
 def rank_rng_state(ckpt: dict, rank: int) -> dict:
@@ -209,7 +203,7 @@ def save_last(trainer) -> None:
     (the hidden states in rank order: those of the single-process run's chunks)."""
     p = trainer.progress
     hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
-    ranks = trainer.world.gather((rng_state(trainer.sampler, trainer.device), hidden))
+    ranks = trainer.world.gather((rng_state(trainer.sampler, trainer.random_stream), hidden))
     if not trainer.world.is_main:
         return
     rngs, hiddens = zip(*ranks)
@@ -234,4 +228,4 @@ def load_last(trainer, ckpt: dict, path: Path) -> None:
     if trainer.progress.hidden is not None:
         first = trainer.world.rank * len(trainer.chunks)
         trainer.progress.hidden = trainer.progress.hidden[first: first + len(trainer.chunks)]
-    restore_rng_state(rank_rng_state(ckpt, trainer.world.rank), trainer.sampler, trainer.device, path)
+    restore_rng_state(rank_rng_state(ckpt, trainer.world.rank), trainer.sampler, trainer.random_stream, path)

@@ -84,9 +84,13 @@ class TrainingProgress:
         """Charge the time since `since` (a clock()) to the epoch: its CPU seconds always, its
         wall seconds only for training steps (the speed figure leaves validation out)."""
         wall, cpu = clock()
+        self.add_seconds(wall - since[0], cpu - since[1], training)
+
+    def add_seconds(self, wall: float, cpu: float, training: bool = True) -> None:
+        """Charge `wall` and `cpu` seconds to the epoch (a group charges each run its share)."""
         if training:
-            self.epoch_seconds += wall - since[0]
-        self.epoch_cpu_seconds += cpu - since[1]
+            self.epoch_seconds += wall
+        self.epoch_cpu_seconds += cpu
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(dataclasses.replace(self, hidden=None))
@@ -131,9 +135,13 @@ def gib(nbytes: int) -> str:
 
 class EpochProgress:
     def __init__(self, config, epoch: int, step: int, position: int, last_position: int,
-                 interactive: bool | None = None, device: torch.device | str = "cpu"):
+                 interactive: bool | None = None, device: torch.device | str = "cpu",
+                 label: str | None = None):
         train, run = config.train, config.run
         self.device = device
+        # A group's runs (label: the run's name) share the terminal: lines, not bars, each named.
+        self.prefix = f"{label} | " if label else ""
+        interactive = False if label else interactive
         self.interval, self.lr = run.log_interval, train.lr
         self.batch_size, self.bptt = train.batch_size, train.bptt
         self.epoch, self.epochs, self.max_steps = epoch, train.epochs, run.max_steps
@@ -180,7 +188,7 @@ class EpochProgress:
         if self.max_steps:
             per_step = (now - start_time) / max(step - start_step, 1)
             run_left = min(run_left, (self.max_steps - step) * per_step)
-        return (f"epoch {self.epoch:3d} | {self.position // self.bptt:5d}/"
+        return (f"{self.prefix}epoch {self.epoch:3d} | {self.position // self.bptt:5d}/"
                 f"{self.last_position // self.bptt:5d} batches | step {step:8d} | "
                 f"{ms_per_step:7.1f} ms/step | {tokens_per_s:8,.0f} tok/s | loss {mean_nll:6.3f} | "
                 f"ppl {perplexity(mean_nll):8.2f} | lr {self.lr:g} | "
@@ -225,8 +233,9 @@ class RunLog:
     """What rank 0 records of the epochs in the run directory: a line on stdout and one in
     metrics.jsonl each, and with run.tensorboard TensorBoard's scalars (the step losses too)."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, label: str | None = None):
         self.run_dir, self.writer = run_dir, None
+        self.prefix = f"{label} | " if label else ""      # a group's run: its name first
 
     def open_tensorboard(self, step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
@@ -240,7 +249,7 @@ class RunLog:
             self.writer.add_scalar(name, value, step)
 
     def log_epoch(self, record: dict) -> None:
-        line = (f"epoch {record['epoch']:4d} | step {record['step']:7d} | "
+        line = (f"{self.prefix}epoch {record['epoch']:4d} | step {record['step']:7d} | "
                 f"train ppl {record['train_ppl']:8.2f} | valid ppl {record['val_ppl']:8.2f} | "
                 f"lr {record['lr']:g} | {record['seconds']:7.1f} s | {record['optimizer']}"
                 + (f" | peak {gib(record['peak_gpu_memory_bytes'])}" if "peak_gpu_memory_bytes" in record else "")

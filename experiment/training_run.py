@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -55,14 +56,31 @@ def parse_args(argv=None):
     parser.add_argument("--dry-run", action="store_true",
                         help="build data and model, print the resolved config and a JSON summary, exit")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    parser.add_argument("--group", nargs="+", metavar="RUN",
+                        help="train several runs in lockstep in this process, each RUN what train.py "
+                             "takes for it alone, quoted: \"CONFIG key=value ...\", \"--resume RUN_DIR\" "
+                             "or \"--finetune RUN_DIR\" (docs/training.md, 'Group runs')")
+    parser.add_argument("--group-step", choices=("auto", "batched", "solo"), default="auto",
+                        help="with --group: batched (the bodies in one batched pass; the default on "
+                             "CUDA) or solo (each run's own step, side by side on the CPU's cores; "
+                             "the default elsewhere)")
     args = parser.parse_intermixed_args(argv)
     if args.config and "=" in args.config:   # `train.py --resume DIR key=value`: no config file
         args.overrides.insert(0, args.config)
         args.config = None
+    if args.group:
+        if args.config or args.resume or args.finetune or args.overrides:
+            parser.error("--group: give every run inside it (a config and its overrides, --resume "
+                         "RUN_DIR or --finetune RUN_DIR, each quoted), nothing beside it")
+        if args.data_dir:
+            args.group = [f"{member} data.data_dir={shlex.quote(args.data_dir)}" for member in args.group]
+        return args
+    if args.group_step != "auto":
+        parser.error("--group-step belongs to --group")
     if args.data_dir:
         args.overrides.append(f"data.data_dir={args.data_dir}")
     if sum(map(bool, (args.config, args.resume, args.finetune))) != 1:
-        parser.error("give one of: a config file, --resume RUN_DIR, --finetune RUN_DIR")
+        parser.error("give one of: a config file, --resume RUN_DIR, --finetune RUN_DIR, --group RUN ...")
     return args
 
 
@@ -239,16 +257,21 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     elif world.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         held.enter_context(RunLock(run_dir))
-        if (run_dir / "last.pt").exists():
-            raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
-                                    f"train.py --resume {run_dir} or choose another run.dir")
-        if (run_dir / "eval_best.json").exists():
-            # An evaluated run's result files without its checkpoint (committed results, say): a
-            # new run would start that run's metrics.jsonl over beside its old evaluation. (A run
-            # killed before its first last.pt has no evaluation: the same command starts it again.)
-            raise RunDirectoryError(f"{run_dir} holds an evaluated run (eval_best.json) and no "
-                                    f"last.pt to resume it; choose another run.dir or move it away")
+        check_new_run_dir(run_dir)
     return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """RunDirectoryError if a new run cannot start in `run_dir`: it holds another run."""
+    if (run_dir / "last.pt").exists():
+        raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
+                                f"train.py --resume {run_dir} or choose another run.dir")
+    if (run_dir / "eval_best.json").exists():
+        # An evaluated run's result files without its checkpoint (committed results, say): a
+        # new run would start that run's metrics.jsonl over beside its old evaluation. (A run
+        # killed before its first last.pt has no evaluation: the same command starts it again.)
+        raise RunDirectoryError(f"{run_dir} holds an evaluated run (eval_best.json) and no "
+                                f"last.pt to resume it; choose another run.dir or move it away")
 
 
 def resume_command(run_dir: Path, world: World) -> str:

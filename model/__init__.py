@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .body import AWDLSTMBody
+from .body import AWDLSTMBody, BodyOutput
 from .heads import HEADS, HeadOutput
 
 
@@ -31,7 +31,10 @@ class LanguageModel(nn.Module):
     def forward(self, ids: torch.Tensor, hidden: list, targets: torch.Tensor | None = None) -> ModelOutput:
         """Full log-probabilities, or with `targets` (T, B) only the targets' log-probabilities
         (what the loss needs; cheaper for some heads)."""
-        body = self.body(ids, hidden)
+        return self.apply_head(self.body(ids, hidden), targets)
+
+    def apply_head(self, body: BodyOutput, targets: torch.Tensor | None = None) -> ModelOutput:
+        """The rest of forward() once the body has run (a group computes its bodies together)."""
         if targets is not None:
             return ModelOutput(None, None, body.hidden, body.output, body.last_raw_output,
                                self.head.target_log_probs(body.output, targets))

@@ -6,16 +6,22 @@
 
 Each LSTM's hidden-to-hidden matrix is weight-dropped (DropConnect, wdrop). The embedding
 noise (emb_noise, [SB] SM 2.3) is off unless configured: only [SB] Table 5 uses it.
+
+A training forward draws all its random numbers first (`draw_masks`, in the order the
+computation uses them) and then computes with them: the masks are one value that
+model/group.py can draw for each run of a group and apply to all of them in one batched pass.
 """
 from __future__ import annotations
 
 import math
 import warnings
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+from .random_stream import generator_for
 
 # On CUDA, cuDNN wants all of an LSTM's weights in one contiguous buffer. A weight-dropped
 # matrix is a fresh tensor every forward, so cuDNN copies the four weights into a buffer of
@@ -28,9 +34,10 @@ def keep_mask(shape, p: float, like: torch.Tensor) -> torch.Tensor:
     """A Bernoulli(1 - p) mask of `shape`, scaled by 1/(1-p), in like's dtype and device.
 
     Drawn as uniform >= p: on CPU this is several times faster than bernoulli_ (which
-    F.dropout uses), and the weight drop draws millions of entries every step.
+    F.dropout uses), and the weight drop draws millions of entries every step. From the current
+    run's stream (model/random_stream.py): the global generator unless a group's member computes.
     """
-    uniform = torch.rand(shape, dtype=like.dtype, device=like.device)
+    uniform = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator_for(like.device))
     return (uniform >= p).to(like.dtype).mul_(1.0 / (1.0 - p))
 
 
@@ -41,10 +48,17 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, trainin
     rows first and then scaling each by its word's mask entry is the same maths as masking
     the whole V x d matrix, at the cost of the batch rather than of the vocabulary.
     """
+    return masked_embedding(ids, weight, word_mask(weight, p) if training and p else None)
+
+
+def word_mask(weight: torch.Tensor, p: float) -> torch.Tensor:
+    """Embedding dropout's mask: one entry per word of the vocabulary (V, 1)."""
+    return keep_mask((weight.size(0), 1), p, weight)
+
+
+def masked_embedding(ids: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     emb = F.embedding(ids, weight)
-    if not training or p == 0:
-        return emb
-    return emb * F.embedding(ids, keep_mask((weight.size(0), 1), p, weight))
+    return emb if mask is None else emb * F.embedding(ids, mask)
 
 
 def embedding_noise(x: torch.Tensor, sigma: float, training: bool) -> torch.Tensor:
@@ -57,7 +71,13 @@ def embedding_noise(x: torch.Tensor, sigma: float, training: bool) -> torch.Tens
     """
     if not training or sigma == 0:
         return x
-    return x + torch.randn_like(x).mul_(sigma)
+    return x + noise_draw(x.shape, sigma, x)
+
+
+def noise_draw(shape, sigma: float, like: torch.Tensor) -> torch.Tensor:
+    """N(0, sigma^2) of `shape` in like's dtype and device, from the current run's stream."""
+    return torch.randn(shape, dtype=like.dtype, device=like.device,
+                       generator=generator_for(like.device)).mul_(sigma)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -99,14 +119,25 @@ class WeightDropLSTM(nn.Module):
         for weight in self.parameters():
             nn.init.uniform_(weight, -bound, bound)
 
-    def dropped_weight_hh(self) -> torch.Tensor:
+    def weight_drop_mask(self) -> torch.Tensor | None:
+        """A fresh DropConnect mask over weight_hh (None: nothing dropped, in eval or at p = 0)."""
         if not self.training or self.weight_drop == 0:
-            return self.weight_hh
-        return self.weight_hh * keep_mask(self.weight_hh.shape, self.weight_drop, self.weight_hh)
+            return None
+        return keep_mask(self.weight_hh.shape, self.weight_drop, self.weight_hh)
 
-    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
-        """x (T, B, input_size); state (h, c), each (1, B, hidden_size)."""
-        weights = [self.weight_ih, self.dropped_weight_hh(), self.bias_ih, self.bias_hh]
+    def masked_weight_hh(self, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.weight_hh if mask is None else self.weight_hh * mask
+
+    def dropped_weight_hh(self) -> torch.Tensor:
+        """weight_hh with a fresh mask applied (the raw matrix in eval or at p = 0)."""
+        return self.masked_weight_hh(self.weight_drop_mask())
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                weight_hh: torch.Tensor | None = None):
+        """x (T, B, input_size); state (h, c), each (1, B, hidden_size); `weight_hh` the (dropped)
+        hidden-to-hidden matrix to use (default: a freshly dropped one)."""
+        weight_hh = self.dropped_weight_hh() if weight_hh is None else weight_hh
+        weights = [self.weight_ih, weight_hh, self.bias_ih, self.bias_hh]
         # The kernel's `train` flag only picks cuDNN's training path (a one-layer LSTM has no
         # dropout inside the kernel): a gradient through cuDNN needs it, also in eval mode
         # (dynamic evaluation), while training and no-grad evaluation run as always.
@@ -116,6 +147,15 @@ class WeightDropLSTM(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, weight_drop={self.weight_drop}"
+
+
+class BodyMasks(NamedTuple):
+    """A training forward's random numbers (None where nothing is dropped)."""
+    words: Optional[torch.Tensor]          # embedding dropout, (V, 1)
+    noise: Optional[torch.Tensor]          # embedding noise, (T, B, emsize), sigma-scaled
+    inputs: Optional[torch.Tensor]         # dropouti, (1, B, emsize)
+    weight_hh: list                        # per layer: weight drop, (4 H, H)
+    outputs: list                          # per layer: dropouth (dropout after the last), (1, B, H)
 
 
 class BodyOutput(NamedTuple):
@@ -142,14 +182,38 @@ class AWDLSTMBody(nn.Module):
         return [(weight.new_zeros(1, batch_size, rnn.hidden_size),
                  weight.new_zeros(1, batch_size, rnn.hidden_size)) for rnn in self.rnns]
 
-    def forward(self, ids: torch.Tensor, hidden: list) -> BodyOutput:
-        x = embedding_dropout(ids, self.encoder.weight, self.dropoute, self.training)
-        x = embedding_noise(x, self.emb_noise, self.training)
-        x = locked_dropout(x, self.dropouti, self.training)
+    def output_dropouts(self) -> list[float]:
+        """The locked dropout rate after each LSTM layer."""
+        return [self.dropouth] * (len(self.rnns) - 1) + [self.dropout]
+
+    def draw_masks(self, steps: int, batch: int) -> BodyMasks:
+        """The masks of a forward over (steps, batch) ids, drawn in the order the computation
+        uses them (as each regulariser would draw its own): word mask, noise, dropouti, then each
+        layer's weight drop and output dropout."""
+        if not self.training:
+            return BodyMasks(None, None, None, [None] * len(self.rnns), [None] * len(self.rnns))
+        weight = self.encoder.weight
+        words = word_mask(weight, self.dropoute) if self.dropoute else None
+        noise = noise_draw((steps, batch, weight.size(1)), self.emb_noise, weight) if self.emb_noise else None
+        inputs = keep_mask((1, batch, weight.size(1)), self.dropouti, weight) if self.dropouti else None
+        weight_hh, outputs = [], []
+        for rnn, p in zip(self.rnns, self.output_dropouts()):
+            weight_hh.append(rnn.weight_drop_mask())
+            outputs.append(keep_mask((1, batch, rnn.hidden_size), p, weight) if p else None)
+        return BodyMasks(words, noise, inputs, weight_hh, outputs)
+
+    def embed(self, ids: torch.Tensor, masks: BodyMasks) -> torch.Tensor:
+        """The first LSTM's input: the embedding with its dropout, noise and dropouti."""
+        x = masked_embedding(ids, self.encoder.weight, masks.words)
+        x = x if masks.noise is None else x + masks.noise
+        return x if masks.inputs is None else x * masks.inputs
+
+    def forward(self, ids: torch.Tensor, hidden: list, masks: BodyMasks | None = None) -> BodyOutput:
+        masks = self.draw_masks(*ids.shape) if masks is None else masks
+        x = self.embed(ids, masks)
         new_hidden = []
         for layer, rnn in enumerate(self.rnns):
-            raw, state = rnn(x, hidden[layer])
+            raw, state = rnn(x, hidden[layer], rnn.masked_weight_hh(masks.weight_hh[layer]))
             new_hidden.append(state)
-            last = layer == len(self.rnns) - 1
-            x = locked_dropout(raw, self.dropout if last else self.dropouth, self.training)
+            x = raw if masks.outputs[layer] is None else raw * masks.outputs[layer]
         return BodyOutput(x, new_hidden, raw)

@@ -7,6 +7,12 @@ import torch
 
 from experiment import checkpoint
 from experiment.checkpoint import CheckpointError
+from model.random_stream import GlobalRandomStream
+
+
+def stream(device: str | torch.device) -> GlobalRandomStream:
+    """The process's generators as a run on `device` draws from them."""
+    return GlobalRandomStream(torch.device(device))
 
 
 class FakeCuda:
@@ -49,7 +55,7 @@ def resumed_with_one_gpu(saved: dict, monkeypatch) -> torch.Tensor:
     """The CUDA state restored from `saved` on cuda:0 of a machine showing one GPU (the only one set)."""
     one = FakeCuda(1)
     one.install(monkeypatch)
-    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cuda", 0), "last.pt")
+    checkpoint.restore_rng_state(saved, Sampler(), stream("cuda:0"), "last.pt")
     assert list(one.restored) == [0]
     return one.restored[0]
 
@@ -65,7 +71,7 @@ def test_a_checkpoint_of_8_visible_gpus_resumes_with_one(monkeypatch):
 def test_only_the_training_devices_state_is_saved_and_restored(monkeypatch):
     gpus = FakeCuda(8)
     gpus.install(monkeypatch)
-    saved = checkpoint.rng_state(Sampler(), torch.device("cuda", 5))
+    saved = checkpoint.rng_state(Sampler(), stream("cuda:5"))
     assert torch.equal(saved["cuda"], gpus.states[5])
     assert torch.equal(resumed_with_one_gpu(saved, monkeypatch), gpus.states[5])
 
@@ -82,9 +88,9 @@ def test_an_old_checkpoint_without_the_devices_entry_is_one_line(monkeypatch):
 def test_cpu_runs_save_no_cuda_state_and_ignore_a_saved_one(monkeypatch):
     gpus = FakeCuda(2)
     gpus.install(monkeypatch)
-    assert checkpoint.rng_state(Sampler(), torch.device("cpu"))["cuda"] is None
+    assert checkpoint.rng_state(Sampler(), stream("cpu"))["cuda"] is None
     saved = {"torch": torch.get_rng_state(), "sampler": Sampler().state_dict(), "cuda": gpus.states[1]}
-    checkpoint.restore_rng_state(saved, Sampler(), torch.device("cpu"), "last.pt")
+    checkpoint.restore_rng_state(saved, Sampler(), stream("cpu"), "last.pt")
     assert gpus.restored == {}
 
 

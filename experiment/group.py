@@ -1,0 +1,305 @@
+"""A group run: several runs trained in lockstep by one process (train.py --group).
+
+    python train.py --group configs/ptb_mini/softmax.yaml configs/ptb_mini/mos.yaml
+    python train.py --group "configs/ptb_mini/softmax.yaml train.seed=2" "configs/ptb_mini/softmax.yaml train.seed=3"
+    python train.py --group "--resume runs/a" "--resume runs/b"       # continue a group (or runs alone)
+
+Each member is what train.py would be given for that run alone (a config and its overrides,
+--resume RUN_DIR or --finetune RUN_DIR), so each writes the run directory its solo run writes,
+and evaluate.py, rank.py, report.py and train.py --resume read it unchanged. The members must
+share the body's shapes and the batch layout (`SHARED_KEYS`); heads, seeds, learning rates,
+dropout and ASGD settings are each run's own.
+
+What a group guarantees: every member draws its random numbers from its own stream
+(model/random_stream.py) in the order its solo run draws them, keeps its own sequence lengths
+and data position, and takes its own clipping, SGD / averaged SGD step, validation, NT-ASGD
+switch, best.pt / last.pt, metrics.jsonl and early stop: it trains as its solo run does (to
+float rounding: the batched body sums in another order than cuDNN). A member that finishes or
+stops (its epochs, an early stop, run.max_steps, a non-finite value) leaves and the others go
+on; how it ended is in its run directory's group_exit.json, and run.json lists the groups it
+was trained in.
+
+How a step is computed (--group-step):
+  batched  one pass of all the bodies together (model/group.py: batched products over the
+           group, a hand-written LSTM backward), then each member's head and update: where a
+           GPU gains (the default on CUDA).
+  solo     each member's own step, with the kernels of its solo run; on a CPU with several
+           threads, members side by side in threads of one core each: where the batched body
+           gains nothing (the default off CUDA). Identical maths to the solo run.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shlex
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from model.group import grouped_forward
+from model.random_stream import RandomStream
+from .distributed import World
+from .progress import TrainingProgress
+from .run_directory import RunDirectoryError, write_text_atomic
+from model import count_parameters
+from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
+
+# What every member of a group must share: the bodies are computed together (shapes, batch
+# layout, the one device) and the process-wide numerics settings apply to all.
+SHARED_KEYS = ("data.dataset", "model.emsize", "model.nhid", "model.nhidlast", "model.nlayers",
+               "train.batch_size", "train.small_batch_size", "train.bptt", "train.eval_batch_size",
+               "train.test_batch_size", "run.tf32", "run.deterministic")
+
+STEP_CHOICES = ("auto", "batched", "solo")
+EXIT_FILE = "group_exit.json"
+
+
+class GroupRefused(Exception):
+    """A group that cannot start; one line, and nothing has been written."""
+
+
+def parse_member(text: str, index: int) -> argparse.Namespace:
+    """One member: what train.py takes for a run alone (train.py's own argument names)."""
+    where = f"--group member {index + 1} ({text!r})"
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise GroupRefused(f"{where}: {e}") from None
+    args = argparse.Namespace(config=None, overrides=[], resume=None, finetune=None, dry_run=False)
+    if not words:
+        raise GroupRefused(f"{where}: empty; expected a config file and overrides, --resume RUN_DIR "
+                           f"or --finetune RUN_DIR")
+    if words[0] in ("--resume", "--finetune"):
+        if len(words) < 2 or "=" in words[1]:
+            raise GroupRefused(f"{where}: {words[0]} needs a run directory")
+        setattr(args, words[0][2:], words[1])
+        args.overrides = words[2:]
+    else:
+        args.config, args.overrides = words[0], words[1:]
+    flags = [w for w in args.overrides if w.startswith("-")]
+    if flags:
+        raise GroupRefused(f"{where}: {flags[0]}: a member takes a config and key=value overrides, "
+                           f"--resume RUN_DIR or --finetune RUN_DIR")
+    return args
+
+
+def shared_value(config, key: str):
+    section, name = key.split(".")
+    return config.small_batch_size if key == "train.small_batch_size" else getattr(getattr(config, section), name)
+
+
+def check_group(members: list, resolved: list, devices: list) -> None:
+    """GroupRefused unless the runs can train together: distinct run directories, none
+    finished, the shared keys and the device equal."""
+    dirs = {}
+    for (config, run_dir, ckpt), text in zip(resolved, members):
+        key = run_dir.resolve()
+        if key in dirs:
+            raise GroupRefused(f"--group: {dirs[key]!r} and {text!r} both train in {run_dir}; give "
+                               f"each run its own run.dir")
+        dirs[key] = text
+        if ckpt is not None and TrainingProgress.from_dict(ckpt["progress"]).finished:
+            raise GroupRefused(f"--group: {run_dir} has already finished training (last.pt: epoch "
+                               f"{ckpt['progress']['epoch'] - 1} done); leave it out of the group")
+        if ckpt is None and run_dir.is_dir():
+            try:
+                check_new_run_dir(run_dir)
+            except RunDirectoryError as e:
+                raise GroupRefused(str(e)) from None
+    first = resolved[0][0]
+    for (config, run_dir, _), device in zip(resolved[1:], devices[1:]):
+        for key in SHARED_KEYS:
+            if shared_value(config, key) != shared_value(first, key):
+                raise GroupRefused(f"--group: {key} is {shared_value(first, key)!r} for "
+                                   f"{resolved[0][1]} but {shared_value(config, key)!r} for {run_dir}; "
+                                   f"a group's runs share {', '.join(SHARED_KEYS)} and the device")
+        if device != devices[0]:
+            raise GroupRefused(f"--group: run.device gives {devices[0]} for {resolved[0][1]} but "
+                               f"{device} for {run_dir}; a group trains on one device")
+
+
+def resolve_members(members: list[str]) -> tuple[list, list]:
+    """Each member's arguments and (config, run directory, last.pt when resuming), checked
+    as a group; nothing is written."""
+    from .loading import select_device
+    parsed = [parse_member(text, i) for i, text in enumerate(members)]
+    try:
+        resolved = [resolve_run(args) for args in parsed]
+        devices = [select_device(config.run.device) for config, _, _ in resolved]
+    except SETUP_ERRORS as e:
+        raise GroupRefused(str(e)) from None
+    check_group(members, resolved, devices)
+    return parsed, resolved
+
+
+def step_kind(choice: str, device: torch.device) -> str:
+    if choice == "auto":
+        return "batched" if device.type == "cuda" else "solo"
+    return choice
+
+
+# ---------------------------------------------------------------------- a group's step
+def batched_steps(trainers: list) -> list:
+    """One step of every member (train.py's step 1-3), the bodies computed together: per column
+    chunk, each member's masks from its own stream, one batched pass of the bodies, each member's
+    head from its own stream and its loss, one backward; then each member's update, and every
+    member's checks read at one device sync."""
+    from train import TrainingStopped, detach
+    batches = [t.begin_step() for t in trainers]
+    for c, (start, end) in enumerate(trainers[0].chunks):
+        masks = []
+        for t, batch in zip(trainers, batches):
+            with t.random_stream:
+                masks.append(t.model.body.draw_masks(batch.inputs.size(0), end - start))
+        bodies = grouped_forward([t.model.body for t in trainers], [b.inputs[:, start:end] for b in batches],
+                                 [detach(t.progress.hidden[c]) for t in trainers], masks)
+        losses = []
+        for t, batch, body in zip(trainers, batches, bodies):
+            with t.random_stream:
+                losses.append(t.chunk_loss(c, t.model.apply_head(body, batch.targets[:, start:end])))
+        torch.stack(losses).sum().backward()
+    checks = [t.update() for t in trainers]
+    values = torch.cat(checks).tolist()
+    results, offset = [], 0
+    for t, batch, own in zip(trainers, batches, checks):
+        t.stop_signal = t.signals.received
+        try:
+            results.append(t.end_step(values[offset: offset + own.numel()], batch))
+        except TrainingStopped as e:
+            results.append(e)
+        offset += own.numel()
+    return results
+
+
+class SideBySide:
+    """Each member's own solo step, members in threads of one core each (a CPU's cores, which
+    one small model's step cannot keep busy): as many threads as torch has, their intra-op
+    parallelism shared out among the members running."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+
+    def __call__(self, trainers: list) -> list:
+        from train import steps_one_by_one
+        if self.pool is None:
+            return steps_one_by_one(trainers)
+        torch.set_num_threads(max(1, self.threads // len(trainers)))
+        return list(self.pool.map(lambda t: steps_one_by_one([t])[0], trainers))
+
+    def close(self) -> None:
+        torch.set_num_threads(self.threads)
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+# ---------------------------------------------------------------------- the run
+def record_group(trainers: list, kind: str) -> None:
+    """run.json of each member: the groups it was trained in (the runs, where it joined)."""
+    for t in trainers:
+        path = t.run_dir / "run.json"
+        info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        info.setdefault("groups", []).append({
+            "runs": [str(other.run_dir) for other in trainers], "step": kind,
+            "joined_at": {"epoch": t.progress.epoch, "step": t.progress.step}})
+        write_text_atomic(path, json.dumps(info, indent=1) + "\n")
+
+
+def group_resume_command(trainers: list) -> str:
+    return "python train.py --group " + " ".join(shlex.quote(f"--resume {t.run_dir}") for t in trainers)
+
+
+def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
+    """train.py --group: check the members, start them (each run directory locked), train them
+    together, say how each ended; the exit code is a signal's (128 + N) if one stopped the group,
+    else the largest of the members' (0: all ended without an error)."""
+    import train
+    world = World.from_environment()
+    if world.distributed:
+        print("error: --group trains its runs in one process; start it with python, not torchrun",
+              file=sys.stderr)
+        return 2
+    try:
+        parsed, resolved = resolve_members(members)
+    except GroupRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as held:
+        created = [run_dir for _, run_dir, _ in resolved if not run_dir.exists()]
+        prepared, trainers = [], []
+        try:
+            for args in parsed:
+                args.dry_run = dry_run
+                run = prepare_run(args, world, held)
+                if run is None:                    # --dry-run: its config printed
+                    continue
+                # The global generators hold this run's stream now (seeded and through its model
+                # init): it takes them with it (and a resumed run its last.pt's, into them).
+                stream = RandomStream(run.device)
+                trainers.append(train.start_trainer(run, world, stream, label=str(run.run_dir)))
+                prepared.append(run)
+        except SETUP_ERRORS as e:
+            held.close()
+            remove_created(created)
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if dry_run:
+            return 0
+        device = prepared[0].device
+        kind = step_kind(step_choice, device)
+        for trainer, run in zip(trainers, prepared):
+            trainer.signals = trainers[0].signals          # one handler for the group
+            report_start(run, world, trainer.progress, count_parameters(trainer.model))
+            if run.config.run.tensorboard:
+                trainer.run_log.open_tensorboard(trainer.progress.step)
+        record_group(trainers, kind)
+        print(f"group of {len(trainers)} runs on {device}, one step of all at a time ({kind} step)",
+              flush=True)
+        step = batched_steps if kind == "batched" else SideBySide(torch.get_num_threads())
+        try:
+            ends = train.train_runs(trainers, step)
+        except (RunDirectoryError, OSError) as e:
+            reason = e if isinstance(e, RunDirectoryError) else f"cannot write ({e.strerror or e})"
+            print(f"error: {reason}; the group stopped (each run continues from its last.pt: "
+                  f"{group_resume_command(trainers)})", file=sys.stderr)
+            return 1
+        finally:
+            if isinstance(step, SideBySide):
+                step.close()
+            for t in trainers:
+                t.run_log.close()
+        return report_ends(train, trainers, ends, prepared)
+
+
+def remove_created(run_dirs: list[Path]) -> None:
+    """Remove the run directories this command made (a group that could not start)."""
+    for run_dir in run_dirs:
+        if run_dir.is_dir():
+            for path in sorted(run_dir.rglob("*"), reverse=True):
+                path.rmdir() if path.is_dir() else path.unlink()
+            run_dir.rmdir()
+
+
+def report_ends(train, trainers, ends, prepared) -> int:
+    """Each member's end, on the terminal and in its group_exit.json; the group's exit code."""
+    codes, signalled = [], None
+    for t, run in zip(trainers, prepared):
+        stopped = ends[t]
+        if stopped is None:
+            code, message = 0, train.finish_message(t.progress, run.config, t.run_dir, World())
+        else:
+            code, message = stopped.exit_code, f"stopped: {stopped}"
+            if code > 128:
+                signalled = code
+        print(f"{t.run_dir}: {message}", file=sys.stderr if code else sys.stdout, flush=True)
+        write_text_atomic(t.run_dir / EXIT_FILE, json.dumps(
+            {"exit_code": code, "message": message, "epoch": t.progress.epoch, "step": t.progress.step}) + "\n")
+        codes.append(code)
+    if signalled:
+        print(f"continue the group with {group_resume_command([t for t in trainers if ends[t]])}",
+              file=sys.stderr)
+        return signalled
+    return max(codes)
