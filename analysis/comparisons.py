@@ -41,12 +41,15 @@ class AtCommonEpoch:
 
 
 def at_common_epoch(cell, reference) -> AtCommonEpoch | None:
-    """Both cells' validation ppl at their common epoch; None if a cell has no epoch logged."""
+    """Both cells' validation ppl at their common epoch; None if a cell has no epoch logged (or
+    a run lacks that epoch's record)."""
     mine = [r for r in cell.runs if r.val_ppl_by_epoch]
     theirs = [r for r in reference.runs if r.val_ppl_by_epoch]
     if not mine or not theirs:
         return None
     epoch = min(max(r.val_ppl_by_epoch) for r in mine + theirs)
+    if any(epoch not in r.val_ppl_by_epoch for r in mine + theirs):
+        return None
     values = [r.val_ppl_by_epoch[epoch] for r in mine]
     reference_values = [r.val_ppl_by_epoch[epoch] for r in theirs]
     return AtCommonEpoch(epoch, [max(r.val_ppl_by_epoch) for r in mine],

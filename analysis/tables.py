@@ -515,11 +515,12 @@ def published_table(name: str) -> PublishedTable:
 def model_note(table: Table) -> str:
     """Whether the rows set beside [SB]'s are [SB]'s models: each row's parameter count against
     the one the paper prints for its row."""
-    differ, unknown = [], []
+    differ, unknown, same = [], [], 0
     for row in table.rows:
         if row.published is None:
             continue
         measured = format_params(row.values("params"))
+        same += measured == row.published.params
         if row.published.params is None or measured == "—":
             unknown.append(row.label)
         elif measured != row.published.params:
@@ -528,7 +529,7 @@ def model_note(table: Table) -> str:
     if differ:
         text += ("**Not [SB]'s model:** these rows' parameter counts are not the paper's, so their "
                  "numbers are of other models than those beside them: " + "; ".join(differ) + ".")
-    elif table.rows and not unknown:
+    elif same and not unknown:
         text += "Every row with a published counterpart has the parameter count [SB] prints for it."
     if unknown:
         text += (" " if text else "") + ("No parameter count to check against [SB]'s (the paper "
@@ -574,7 +575,8 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
         unmatched = sorted({row.label for row in table.rows if row.published is None})
         note += (f"\nColumns marked [SB]: {published.title}. {published.note}\n"
                  + (f"\nRows without a published counterpart: {'; '.join(unmatched)}.\n" if unmatched else ""))
-        title += "\n\n" + model_note(table).rstrip("\n")
+        note_on_models = model_note(table)
+        title += "\n\n" + note_on_models.rstrip("\n") if note_on_models else ""
     common = table.common_epoch_markdown()
     text = (title + "\n\n" + table.markdown() + "\n" + note + "\n" + (common + "\n" if common else "")
             + table.spread_markdown() + "\n" + missing_section(results))

@@ -100,10 +100,10 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                    for h in others for a, b in pairs if (h, a) in gains and (h, b) in gains}
         if between:
             text += (f"\nHow the gain differs between two values of {key}: the head's ratio to "
-                     f"Softmax at the first value against its ratio at the second, in percent "
-                     f"(+: the head is that much less far below Softmax, or further above it, at "
-                     f"the first value), its 95% interval and p-value (Welch-Satterthwaite over "
-                     f"the four points); no interval where a point has one run:\n\n"
+                     f"Softmax at the first value divided by its ratio at the second, minus 1, in "
+                     f"percent (negative: further below Softmax at the first value), its 95% "
+                     f"interval and p-value (the four points' variances, Welch-Satterthwaite degrees "
+                     f"of freedom); no interval where a point has one run:\n\n"
                      + markdown_table(["head", *(f"{key} = {a} against {b}" for a, b in pairs)],
                                       [[head_label(h), *(between[h, a, b].describe() if (h, a, b) in between
                                                          else "" for a, b in pairs)]
