@@ -52,12 +52,13 @@ def table_arguments(parser) -> None:
     parser.add_argument("--group-by", action="append", default=[], metavar="KEY",
                         help="also split rows by this config key, e.g. head.k (repeatable; "
                              "rows are always split by dataset and head)")
-    parser.add_argument("--baseline", help="head the t-test compares against (default softmax)")
+    parser.add_argument("--baseline", help="head every row is compared with at the same setting (default softmax)")
     parser.add_argument("--paper", choices=list(PUBLISHED_TABLES),
                         help="take the layout of this [SB] table (its columns, its rows split by the key "
                              "it varies, its row names) and print its published numbers beside")
     parser.add_argument("--exclude-from-t-test", type=int, nargs="+", default=[], metavar="SEED",
-                        help="seeds left out of the t-test samples only ([SB] leaves out the authors' seed)")
+                        help="seeds left out of the t-tests' samples only, the means keep them ([SB] "
+                             "leaves out the authors' seed)")
 
 
 def table(args, run_dirs) -> str:
@@ -251,8 +252,11 @@ def published(args) -> str:
 
 
 COMMANDS: dict[str, Command] = {
-    "table": Command("[SB] Table 2: params, s/epoch, train/valid/test ppl (mean ± std), t-test vs "
-                     "Softmax, Press rank; --paper: Table 5, SM Tables 4/5, 10/11, 12", table_arguments, table),
+    "table": Command("[SB] Table 2: n, params, s/epoch, train/valid/test ppl (mean ± std), test ppl vs "
+                     "Softmax at the same setting (in %%, with its 95%% Welch interval and p), Press rank; "
+                     "each row against Softmax at a common epoch; the seed spread; rows pool seeds of "
+                     "one configuration only; --paper: Table 5, SM Tables 4/5, 10/11, 12 beside "
+                     "[SB]'s numbers", table_arguments, table),
     "wordsim": Command("Spearman's rho of input-embedding cosine similarities", wordsim_arguments, wordsim),
     "top5": Command("top-k next-word predictions side by side", top5_arguments, top5),
     "spectra": Command("singular-value curves of the test log-P matrices", spectra_arguments, spectra),
@@ -266,8 +270,9 @@ COMMANDS: dict[str, Command] = {
                           "(PREFIX.md, .png)", prefix_out, robustness),
     "curves": Command("validation ppl against epoch, one line per head (mean over its runs, their "
                       "range shaded), the ASGD switch marked (PREFIX.png, .md)", curves_arguments, curves),
-    "versus": Command("test ppl and Press rank against a config key, one line per head "
-                      "(PREFIX.png, .md, .csv)", versus_arguments, versus),
+    "versus": Command("test ppl and Press rank against a config key, one line per head; each "
+                      "value's gain over Softmax and the gains' differences between values with 95%% "
+                      "Welch intervals (PREFIX.png, .md, .csv)", versus_arguments, versus),
     "convergence": Command("per run: epochs, the ASGD switch, the best validation ppl and its "
                            "improvement over the last --window epochs, converged or not "
                            "(PREFIX.md, .csv)", convergence_arguments, convergence),
@@ -292,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="report.py", description="Tables and figures from run directories.")
     subcommands = parser.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
-        sub = subcommands.add_parser(name, help=command.help, description=command.help)
+        sub = subcommands.add_parser(name, help=command.help, description=command.help.replace("%%", "%"))
         if command.reads_runs:
             sub.add_argument("runs", nargs="+", help=RUNS_HELP)
         command.arguments(sub)

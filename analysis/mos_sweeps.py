@@ -1,7 +1,8 @@
 """The MoS sweeps of [SB]: capacity against K (Figure 6) and rank against perplexity (Figure 5).
 
 MoS runs are grouped by head.components (K), head.dropoutl and train.asgd_trigger; each group is
-one point, its numbers the means over its runs (seeds): parameters (run.json), train perplexity
+one point, its numbers the means over its runs (seeds of one configuration: runs of a group that
+differ in another compared key are refused, pooling.py): parameters (run.json), train perplexity
 (metrics.jsonl, best epoch), test perplexity (eval_best.json), Press rank (rank_test.json).
 
 - capacity (Figure 6): per dataset, train and test perplexity against K (left axis) and the
@@ -76,7 +77,7 @@ def collect(run_dirs: Sequence[Path]) -> tuple[dict[str, list[Point]], list[str]
     if not results:
         raise AnalysisError("no MoS run among the runs given" + (": " + "; ".join(notes) if notes else ""))
     points: dict[str, list[Point]] = {}
-    for row in group_rows(results, KEYS):
+    for row in group_rows(results, KEYS, unlike="refuse"):
         points.setdefault(row.dataset, []).append(measured_point(row))
     return dict(sorted(points.items(), key=lambda item: dataset_order(item[0]))), notes
 

@@ -1,6 +1,10 @@
 """The [SB] Table 2 layout from run directories: one row per head (and dataset), over seeds.
 
+A row pools runs only when they are seeds of one configuration (pooling.py): runs of a head that
+differ in any other compared config key are separate rows, labelled by the keys they differ in.
+
 Columns and where each number comes from:
+  n               the row's runs
   #Params         run.json "params" (truncated to two decimals of millions, as [SB] prints them)
   Time (s/epoch)  metrics.jsonl "seconds", the mean over all epochs of all the row's runs: the
                   training steps' wall time, validation left out (the reference code's printed
@@ -10,8 +14,13 @@ Columns and where each number comes from:
                   training pass, with dropout, as train.py logs it
   Validation ppl  metrics.jsonl "val_ppl" of the same epoch
   Test ppl        eval_best.json "test_ppl" (evaluate.py on best.pt, test batch size 1)
-  p-value         two-sided unpaired Student t-test (equal variances) of the row's test
-                  perplexities against the baseline (Softmax) row of the same dataset
+  Test ppl vs Softmax
+                  the row's test ppl against the baseline row at the same setting (the baseline
+                  head's row whose values of the keys that split the rows, head.* aside, are the
+                  row's, e.g. the same model.emsize): the change in percent with its 95% Welch
+                  interval and p-value, on log ppl (stats.py); no interval where a row has one run
+  p-value         ([SB]'s layouts only, beside [SB]'s) two-sided unpaired Student t-test (equal
+                  variances) of test ppl against the baseline row, [SB]'s test
   Press rank      rank_test.json "press_rank" (rank.py)
 Perplexities and ranks are mean ± sample standard deviation (ddof=1) over the row's runs. A run
 that lacks a number is listed under "Missing or incomplete", and a cell averaged over fewer runs
@@ -20,10 +29,14 @@ train.epochs epochs (unless its last epoch ended training early, as finetuning d
 test ppl or rank computed on other weights than best.pt's by metrics.jsonl (a run evaluated,
 then trained on): the step in eval_best.json / rank_test.json tells.
 
+Below the table: each row against its baseline at their common epoch (comparisons.py), and the
+seed-to-seed spread of test ppl.
+
 With a published table of [SB] (`paper`, analysis/published.py: Table 2, Table 5, SM Tables 4/5,
 10/11, 12) the table takes the paper's layout: its columns, rows split by the config keys its
 rows differ in (e.g. head.components), each row named as the paper names it, and the paper's
-number in a "[SB] ..." column beside each measured one.
+number in a "[SB] ..." column beside each measured one; and it says which rows' models are not
+[SB]'s (their parameter count against the paper's).
 """
 from __future__ import annotations
 
@@ -37,7 +50,11 @@ import numpy as np
 from scipy import stats
 
 from . import AnalysisError
-from .published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label
+from .comparisons import AtCommonEpoch, at_common_epoch, common_epoch_table, seed_spread_line, test_difference
+from .pooling import compared, differing_keys, refuse_unlike, resolved
+from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
+                        same_value)
+from .stats import Estimate, percent
 from .runs import (config_value, dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
                    read_run_config, write_csv)
 
@@ -58,6 +75,13 @@ class RunResult:
     test_ppl: float | None = None
     press_rank: int | None = None
     missing: list[str] = field(default_factory=list)   # one note per missing number
+    config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
+    val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
+
+    @property
+    def setting(self) -> dict:
+        """What seeds of one configuration share (pooling.compared)."""
+        return compared(self.config)
 
 
 def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
@@ -69,7 +93,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     if dataset is None or head is None:
         raise AnalysisError(f"{run_dir}: neither run.json nor config.yaml names the dataset and head")
     result = RunResult(run_dir, dataset, head, tuple(config_value(config, key) for key in group_by),
-                       info.get("seed", config_value(config, "train.seed")), info.get("params"))
+                       info.get("seed", config_value(config, "train.seed")), info.get("params"),
+                       config=resolved(config))
     if result.params is None:
         result.missing.append("params (no run.json)")
 
@@ -79,6 +104,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         best = min(metrics, key=lambda r: r["val_loss"])
         result.train_ppl, result.val_ppl = best["train_ppl"], best["val_ppl"]
         result.epoch_seconds = [r["seconds"] for r in metrics]
+        result.val_ppl_by_epoch = {r["epoch"]: r["val_ppl"] for r in metrics}
         epochs = config_value(config, "train.epochs")
         if epochs is not None and metrics[-1]["epoch"] < epochs and not metrics[-1].get("early_stop"):
             result.missing.append(f"training unfinished ({metrics[-1]['epoch']} of {epochs} epochs)")
@@ -154,19 +180,27 @@ class Row:
     group: tuple
     group_by: tuple[str, ...]
     runs: list[RunResult]
-    p_value: float | None = math.nan   # test ppl vs the baseline row; None: this is the baseline
+    p_value: float | None = math.nan   # Student t-test vs the baseline row; None: this is the baseline
     published: PublishedRow | None = None   # the paper's row for these runs, when there is one
+    split_by: tuple[str, ...] = ()     # keys this head's runs differ in, beyond group_by (pooling.py)
+    split: tuple = ()                  # and this row's values of them
+    reference: Row | None = None       # the baseline row it is compared with (None: none, or itself)
+    is_baseline: bool = False
+    test_change: Estimate | None = None      # test ppl against the reference's (comparisons.py)
+    common_epoch: AtCommonEpoch | None = None
 
     @property
     def label(self) -> str:
+        split = ", ".join(f"{k}={v}" for k, v in zip(self.split_by, self.split))
         if self.published is not None:
-            return self.published.label
-        details = ", ".join(f"{k}={v}" for k, v in zip(self.group_by, self.group) if v is not None)
+            return self.published.label + (f" ({split})" if split else "")
+        details = ", ".join([f"{k}={v}" for k, v in zip(self.group_by, self.group) if v is not None]
+                            + ([split] if split else []))
         return head_label(self.head) + (f" ({details})" if details else "")
 
     @property
     def setting(self) -> dict:
-        return dict(zip(self.group_by, self.group))
+        return dict(zip(self.group_by + self.split_by, self.group + self.split))
 
     def values(self, name: str, exclude_seeds: Sequence[int] = ()) -> list[float]:
         return [getattr(r, name) for r in self.runs
@@ -178,32 +212,61 @@ class Row:
 
 
 def group_rows(results: Sequence[RunResult], group_by: Sequence[str],
-               published: PublishedTable | None = None) -> list[Row]:
-    """One row per (dataset, head, values of the group_by keys); with `published`, rows the paper
-    has come first, in its order, each holding its published row."""
-    rows: dict[tuple, Row] = {}
+               published: PublishedTable | None = None, unlike: str = "split") -> list[Row]:
+    """One row per (dataset, head, values of the group_by keys) whose runs are seeds of one
+    configuration: runs that differ in other compared keys (pooling.py) are split into rows by
+    those keys (`unlike="split"`), or refused in one line naming them (`unlike="refuse"`, for a
+    report whose rows cannot be split). With `published`, rows the paper has come first, in its
+    order, each holding its published row."""
+    cells: dict[tuple, list[RunResult]] = {}
     for r in results:
-        key = (r.dataset, r.head, r.group)
-        rows.setdefault(key, Row(r.dataset, r.head, r.group, tuple(group_by), [])).runs.append(r)
+        cells.setdefault((r.dataset, r.head, r.group), []).append(r)
+    rows: list[Row] = []
+    for (dataset, head, group), runs in cells.items():
+        keys = [key for key in differing_keys([r.setting for r in runs]) if key not in group_by]
+        if keys and unlike == "refuse":
+            details = ", ".join(f"{k}={v}" for k, v in zip(group_by, group) if v is not None)
+            refuse_unlike(f"{head_label(head)}{f' ({details})' if details else ''} ({dataset})",
+                          [r.setting for r in runs])
+        parts: dict[tuple, list[RunResult]] = {}
+        for r in runs:
+            parts.setdefault(tuple(repr(r.setting.get(k)) for k in keys), []).append(r)
+        for part in parts.values():
+            rows.append(Row(dataset, head, group, tuple(group_by), part, split_by=tuple(keys),
+                            split=tuple(part[0].config.get(k) for k in keys)))
     if published is not None:
-        for row in rows.values():
+        for row in rows:
             row.published = published.row_for(row.dataset, row.head, row.setting)
 
     in_paper = {id(published_row): i for i, published_row in enumerate(published.rows)} if published else {}
 
-    def order(row: Row) -> tuple:
-        group = tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in row.group)
-        return (dataset_order(row.dataset), in_paper.get(id(row.published), len(in_paper)),
-                head_order(row.head), group)
+    def sortable(values: tuple) -> tuple:
+        return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in values)
 
-    return sorted(rows.values(), key=order)
+    def order(row: Row) -> tuple:
+        return (dataset_order(row.dataset), in_paper.get(id(row.published), len(in_paper)),
+                head_order(row.head), sortable(row.group), sortable(row.split))
+
+    return sorted(rows, key=order)
+
+
+def same_setting(row: Row, other: Row) -> bool:
+    """Whether two rows agree on every key that splits either of them, the head's own keys
+    aside: a head is compared with the baseline at the same d, learning rate, ..."""
+    keys = [k for k in dict.fromkeys(row.group_by + row.split_by + other.group_by + other.split_by)
+            if not k.startswith("head.")]
+    return all(same_value(row.runs[0].config.get(k), other.runs[0].config.get(k)) for k in keys)
 
 
 def baseline_row(rows: Sequence[Row], row: Row, baseline: str, by_label: bool = False) -> Row | None:
-    """The one row of `row`'s dataset with the baseline head (or, `by_label`, the paper's row of
-    that name); None if there is not exactly one."""
-    candidates = [r for r in rows if r.dataset == row.dataset
-                  and (r.label == baseline and r.published is not None if by_label else r.head == baseline)]
+    """The one row of `row`'s dataset with the baseline head at the same setting (or, `by_label`,
+    the paper's row of that name); None if there is not exactly one."""
+    if by_label:
+        candidates = [r for r in rows if r.dataset == row.dataset and r.published is not None
+                      and r.label == baseline]
+    else:
+        candidates = [r for r in rows if r.dataset == row.dataset and r.head == baseline
+                      and same_setting(row, r)]
     return candidates[0] if len(candidates) == 1 else None
 
 
@@ -256,18 +319,27 @@ class Column:
     paper: Callable[[object], str] | None = None
 
 
+def format_change(row: Row) -> str:
+    """The row's test ppl against its baseline's: "baseline", the change with its interval, or
+    "—" where there is no baseline at the row's setting (or no test ppl)."""
+    if row.is_baseline:
+        return "baseline"
+    return row.test_change.describe() if row.test_change is not None else "—"
+
+
 COLUMNS = {
     "params": Column("#Params", lambda row: format_params(row.values("params")), str),
     "seconds": Column("Time (s/epoch)", lambda row: format_seconds(row.seconds_per_epoch()),
                       lambda seconds: f"~{seconds:g}"),
     **{name: Column(title, lambda row, name=name: format_ppl(row.values(name), len(row.runs)), format_stat)
        for name, title in PPL_COLUMNS},
+    "test_change": Column("Test ppl vs {baseline}: % [95% CI], p", format_change),
     "p_value": Column("p-value", lambda row: format_p(row.p_value), format_p),
     "press_rank": Column("Press rank", lambda row: format_rank(row.values("press_rank"), len(row.runs)),
                          lambda stat: format_stat(stat, rank=True)),
-    "runs": Column("Runs", lambda row: str(len(row.runs))),
+    "runs": Column("n", lambda row: str(len(row.runs))),
 }
-TABLE2_COLUMNS = ("params", "seconds", "train_ppl", "val_ppl", "test_ppl", "p_value", "press_rank", "runs")
+TABLE2_COLUMNS = ("runs", "params", "seconds", "train_ppl", "val_ppl", "test_ppl", "test_change", "press_rank")
 
 
 @dataclass
@@ -275,18 +347,33 @@ class Table:
     rows: list[Row]
     baseline: str                       # head name, or with a published table the paper's row label
     published: PublishedTable | None = None
+    exclude_from_t_test: Sequence[int] = ()
+
+    @property
+    def baseline_label(self) -> str:
+        return self.baseline if self.published and self.published.baseline else head_label(self.baseline)
+
+    @property
+    def compares(self) -> bool:
+        return any(row.reference is not None for row in self.rows)
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return self.published.columns if self.published else TABLE2_COLUMNS
+        """[SB]'s columns, with the Welch change after test ppl wherever a row has a baseline."""
+        if not self.published:
+            return TABLE2_COLUMNS
+        columns = list(self.published.columns)
+        if self.compares and "test_ppl" in columns:
+            columns.insert(columns.index("test_ppl") + 1, "test_change")
+        return tuple(columns)
 
     def header_and_cells(self, rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
         """Measured columns, each followed by the paper's when a published row has a value there."""
-        baseline = self.baseline if self.published and self.published.baseline else head_label(self.baseline)
         header, cells = ["Model"], [[row.label] for row in rows]
         for name in self.columns:
             column = COLUMNS[name]
-            title = f"p-value (vs {baseline})" if name == "p_value" else column.title
+            title = (f"{column.title} (vs {self.baseline_label})" if name == "p_value"
+                     else column.title.format(baseline=self.baseline_label))
             header.append(title)
             for line, row in zip(cells, rows):
                 line.append(column.measured(row))
@@ -299,18 +386,43 @@ class Table:
                     line.append("N/A" if is_baseline else "—" if value is None else column.paper(value))
         return header, cells
 
+    def datasets(self) -> list[str]:
+        return list(dict.fromkeys(row.dataset for row in self.rows))
+
     def markdown(self) -> str:
         parts = []
-        for dataset in dict.fromkeys(row.dataset for row in self.rows):
+        for dataset in self.datasets():
             header, cells = self.header_and_cells([r for r in self.rows if r.dataset == dataset])
             parts.append(f"## {dataset}\n\n" + markdown_table(header, cells))
+        return "\n".join(parts)
+
+    def common_epoch_markdown(self) -> str:
+        """Each row against its baseline at their common epoch (comparisons.py), per dataset."""
+        parts = []
+        for dataset in self.datasets():
+            compared = [(r.label, r.common_epoch) for r in self.rows
+                        if r.dataset == dataset and r.common_epoch is not None]
+            if compared:
+                parts.append(f"## {dataset}: each row against {self.baseline_label} at a common epoch\n\n"
+                             + common_epoch_table(compared, self.baseline_label))
+        return "\n".join(parts)
+
+    def spread_markdown(self) -> str:
+        parts = [f"## {dataset}: seed spread\n\n"
+                 + seed_spread_line([r for r in self.rows if r.dataset == dataset], lambda r: r.label) + "\n"
+                 for dataset in self.datasets()]
         return "\n".join(parts)
 
     def csv_rows(self) -> tuple[list[str], list[list]]:
         header = ["dataset", "model", "head", "runs", "params", "seconds_per_epoch"]
         for name, _ in PPL_COLUMNS:
             header += [f"{name}_mean", f"{name}_std", f"{name}_n"]
-        header += ["p_value", "press_rank_mean", "press_rank_values"]
+        header += ["test_change_pct", "test_change_low_pct", "test_change_high_pct", "test_change_p",
+                   "common_epoch", "val_change_pct", "val_change_low_pct", "val_change_high_pct",
+                   "val_change_p"]
+        if "p_value" in self.columns:
+            header += ["p_value"]
+        header += ["press_rank_mean", "press_rank_values"]
         if self.published:
             header += [f"paper_{name}" for name in PAPER_CSV_FIELDS]
         rows = []
@@ -321,12 +433,26 @@ class Table:
             for name, _ in PPL_COLUMNS:
                 values = row.values(name)
                 line += [*(mean_std(values) if values else ("", "")), len(values)]
-            p, ranks = row.p_value, row.values("press_rank")
-            line += ["" if p is None else p, np.mean(ranks) if ranks else "", ";".join(map(str, ranks))]
+            common = row.common_epoch
+            line += [*estimate_csv(row.test_change), "" if common is None else common.epoch,
+                     *estimate_csv(common and common.difference)]
+            if "p_value" in self.columns:
+                line += ["" if row.p_value is None else row.p_value]
+            ranks = row.values("press_rank")
+            line += [np.mean(ranks) if ranks else "", ";".join(map(str, ranks))]
             if self.published:
                 line += paper_csv_values(row.published)
             rows.append(line)
         return header, rows
+
+
+def estimate_csv(estimate: Estimate | None) -> list:
+    """change, low, high (percent) and p of an estimate; blanks for what it lacks."""
+    if estimate is None:
+        return ["", "", "", ""]
+    if estimate.why_not:
+        return [estimate.percent, "", "", ""]
+    return [estimate.percent, percent(estimate.low), percent(estimate.high), estimate.p]
 
 
 # The published numbers in the CSV: statistics as mean and std, the rest as printed.
@@ -353,8 +479,9 @@ def paper_csv_values(published: PublishedRow | None) -> list:
 
 def build_table(results: Sequence[RunResult], group_by: Sequence[str] = (), baseline: str = "softmax",
                 exclude_from_t_test: Sequence[int] = (), published: PublishedTable | None = None) -> Table:
-    """`results` grouped into rows; with `published`, `group_by` must hold its keys and the
-    t-test baseline is the paper's row named `published.baseline` when it has one."""
+    """`results` grouped into rows, each compared with its baseline row; with `published`,
+    `group_by` must hold its keys and the baseline is the paper's row named `published.baseline`
+    when it has one."""
     rows = group_rows(results, group_by, published)
     by_label = published is not None and published.baseline is not None
     if by_label:
@@ -362,11 +489,14 @@ def build_table(results: Sequence[RunResult], group_by: Sequence[str] = (), base
     for row in rows:
         reference = baseline_row(rows, row, baseline, by_label)
         if reference is row:
-            row.p_value = None
+            row.p_value, row.is_baseline = None, True
         elif reference is not None:
+            row.reference = reference
             row.p_value = t_test_p_value(row.values("test_ppl", exclude_from_t_test),
                                          reference.values("test_ppl", exclude_from_t_test))
-    return Table(rows, baseline, published)
+            row.test_change = test_difference(row, reference, exclude_from_t_test)
+            row.common_epoch = at_common_epoch(row, reference)
+    return Table(rows, baseline, published, tuple(exclude_from_t_test))
 
 
 def missing_section(results: Sequence[RunResult]) -> str:
@@ -382,6 +512,53 @@ def published_table(name: str) -> PublishedTable:
     return PUBLISHED_TABLES[name]
 
 
+def model_note(table: Table) -> str:
+    """Whether the rows set beside [SB]'s are [SB]'s models: each row's parameter count against
+    the one the paper prints for its row."""
+    differ, unknown, same = [], [], 0
+    for row in table.rows:
+        if row.published is None:
+            continue
+        measured = format_params(row.values("params"))
+        same += measured == row.published.params
+        if row.published.params is None or measured == "—":
+            unknown.append(row.label)
+        elif measured != row.published.params:
+            differ.append(f"{row.label} {measured} here, {row.published.params} in [SB]")
+    text = ""
+    if differ:
+        text += ("**Not [SB]'s model:** these rows' parameter counts are not the paper's, so their "
+                 "numbers are of other models than those beside them: " + "; ".join(differ) + ".")
+    elif same and not unknown:
+        text += "Every row with a published counterpart has the parameter count [SB] prints for it."
+    if unknown:
+        text += (" " if text else "") + ("No parameter count to check against [SB]'s (the paper "
+                                         "prints none, or the run has no run.json): "
+                                         + "; ".join(unknown) + ".")
+    return text + "\n" if text else ""
+
+
+def table_note(table: Table) -> str:
+    base = table.baseline_label
+    excluded = (f" (seeds {', '.join(map(str, table.exclude_from_t_test))} left out of both tests)"
+                if table.exclude_from_t_test else "")
+    note = ("Mean ± sample std over the row's n runs (n = 1: the one run's value, no spread). Train "
+            "/ validation ppl: the epoch with the lowest validation loss (metrics.jsonl); test ppl: "
+            "eval_best.json, at each run's stop. ")
+    if "test_change" in table.columns:
+        note += (f"Test ppl vs {base}: the row's test ppl against the {base} row "
+                 + ("named so" if table.published and table.published.baseline else
+                    "at the same setting (the same values of the keys that split the rows, the head's own aside)")
+                 + f", the change of the ratio of their geometric means in percent with its 95% "
+                 f"interval and two-sided p-value, Welch's t-test on log ppl{excluded}; no interval "
+                 f"where a row has one run. ")
+    if "p_value" in table.columns:
+        note += (f"p-value: two-sided unpaired Student t-test (equal variances) of test ppl "
+                 f"against the {base} row, the test [SB] reports{excluded}. ")
+    return note + ("Time: the wall seconds of an epoch's training steps, validation left out (the "
+                   "epoch time that the AWD-LSTM and MoS code print includes it).\n")
+
+
 def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[str] = (),
                 baseline: str = "softmax", exclude_from_t_test: Sequence[int] = (),
                 paper: str | None = None) -> str:
@@ -392,18 +569,17 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
         group_by = list(dict.fromkeys([*published.group_by, *group_by]))
     results = [read_run(d, group_by) for d in run_dirs]
     table = build_table(results, group_by, baseline, exclude_from_t_test, published)
-    note = ("Mean ± sample std over runs. Train / validation ppl: the epoch with the lowest "
-            "validation loss (metrics.jsonl); test ppl: eval_best.json; p-value: two-sided "
-            "unpaired t-test (equal variances) of test ppl against the baseline row"
-            + (f", seeds {', '.join(map(str, exclude_from_t_test))} left out of it" if exclude_from_t_test
-               else "") + "; time: the wall seconds of an epoch's training steps, validation left "
-            "out (the epoch time that the AWD-LSTM and MoS code print includes it).\n")
+    note = table_note(table)
+    title = f"# {published.title}" if published else "# Results"
     if published:
         unmatched = sorted({row.label for row in table.rows if row.published is None})
         note += (f"\nColumns marked [SB]: {published.title}. {published.note}\n"
                  + (f"\nRows without a published counterpart: {'; '.join(unmatched)}.\n" if unmatched else ""))
-    title = f"# {published.title}" if published else "# Results"
-    text = title + "\n\n" + table.markdown() + "\n" + note + "\n" + missing_section(results)
+        note_on_models = model_note(table)
+        title += "\n\n" + note_on_models.rstrip("\n") if note_on_models else ""
+    common = table.common_epoch_markdown()
+    text = (title + "\n\n" + table.markdown() + "\n" + note + "\n" + (common + "\n" if common else "")
+            + table.spread_markdown() + "\n" + missing_section(results))
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_prefix.with_name(out_prefix.name + ".md").write_text(text, encoding="utf-8")
     write_csv(out_prefix.with_name(out_prefix.name + ".csv"), *table.csv_rows())

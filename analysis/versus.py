@@ -1,16 +1,29 @@
 """Test perplexity and Press rank against one config key (report.py versus), one line per head:
 the d-sweep of the CPU results (--key model.emsize), the language-model counterpart of
-synthetic.py's mode match and KL against D."""
+synthetic.py's mode match and KL against D.
+
+Beside the figure, tables: each point's test ppl (n, mean ± std) and Press rank; each head's
+gain over Softmax at every value of the key (the change of test ppl in percent with its 95%
+Welch interval and p-value, stats.py); how that gain differs between two values of the key
+(four cells, Welch-Satterthwaite); and each head against Softmax at a common epoch
+(comparisons.py). A point pools only seeds of one configuration: runs of a head at one value
+that differ in another compared key are refused in one line (pooling.py).
+"""
 from __future__ import annotations
 
 import math
+from itertools import combinations
 from pathlib import Path
 from typing import Sequence
 
 from . import AnalysisError
+from .comparisons import at_common_epoch, common_epoch_table, log_values, test_difference
 from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
-from .tables import group_rows, mean_std, read_run
+from .stats import difference_of_differences
+from .tables import estimate_csv, group_rows, mean_std, read_run
+
+BASELINE = "softmax"
 
 
 def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
@@ -19,18 +32,19 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     if any(r.group[0] is None for r in results):
         bad = next(r.dir for r in results if r.group[0] is None)
         raise AnalysisError(f"{bad}: its config.yaml has no {key}")
-    rows = [row for row in group_rows(results, [key]) if row.values("test_ppl")]
+    rows = [row for row in group_rows(results, [key], unlike="refuse") if row.values("test_ppl")]
     if not rows:
         raise AnalysisError("no run has a test perplexity yet (eval_best.json)")
     heads = list(dict.fromkeys(row.head for row in rows))
     values = sorted({row.group[0] for row in rows})
+    cells = {(row.head, row.group[0]): row for row in rows}
 
     def stat(row, name):
         found = row.values(name)
         return mean_std(found) if found else (math.nan, math.nan)
 
-    points = {(row.head, row.group[0]): (stat(row, "test_ppl"), stat(row, "press_rank"), len(row.runs))
-              for row in rows}
+    points = {cell: (stat(row, "test_ppl"), stat(row, "press_rank"), len(row.runs))
+              for cell, row in cells.items()}
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     for head in heads:
@@ -60,25 +74,57 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
         mean, std = points[head, value][which]
         if math.isnan(mean):
             return "—"
-        text = f"{mean:.2f}" if which == 0 else f"{mean:,.0f}"
-        return text + (f" ± {std:.2f}" if which == 0 and not math.isnan(std) else "")
+        if which == 1:
+            return f"{mean:,.0f}"
+        n = len(cells[head, value].values("test_ppl"))
+        return (f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}") + f" (n = {n})"
 
     header = ["head", *(f"test ppl, {key} = {v}" for v in values), *(f"Press rank, {key} = {v}" for v in values)]
     table = [[head_label(h), *(cell(h, v, 0) for v in values), *(cell(h, v, 1) for v in values)] for h in heads]
     text = (f"# Test perplexity and Press rank against {key}\n\n" + markdown_table(header, table)
-            + f"\nTest ppl: eval_best.json (mean ± std where a point has several runs); Press rank: "
-              f"rank_test.json. Figure: {prefixed(out_prefix, '.png').name}\n")
-    if "softmax" in heads:      # the gain of each head over Softmax's at the same value, as read
-        def change(head, value) -> str:
-            if (head, value) not in points or ("softmax", value) not in points:
-                return ""
-            return f"{100 * (points[head, value][0][0] / points['softmax', value][0][0] - 1):+.1f}%"
-        others = [h for h in heads if h != "softmax"]
-        text += (f"\nTest ppl against Softmax's at the same {key} (mean against mean):\n\n"
+            + f"\nTest ppl: eval_best.json, at each run's stop, mean ± sample std over the point's n "
+              f"runs (n = 1: the one run's value); Press rank: rank_test.json. Figure: "
+              f"{prefixed(out_prefix, '.png').name}\n")
+    others = [h for h in heads if h != BASELINE]
+    gains = {(h, v): test_difference(cells[h, v], cells[BASELINE, v])
+             for h in others for v in values if (h, v) in cells and (BASELINE, v) in cells}
+    if gains:
+        text += (f"\nTest ppl against Softmax's at the same {key}: the change of the ratio of their "
+                 f"geometric means in percent, its 95% interval and p-value (Welch's t-test on log "
+                 f"ppl); no interval where a point has one run:\n\n"
                  + markdown_table(["head", *(f"{key} = {v}" for v in values)],
-                                  [[head_label(h), *(change(h, v) for v in values)] for h in others]))
+                                  [[head_label(h), *(gains[h, v].describe() if (h, v) in gains else ""
+                                                     for v in values)] for h in others]))
+        pairs = list(combinations(values, 2))
+        between = {(h, a, b): gain_difference(cells, h, a, b)
+                   for h in others for a, b in pairs if (h, a) in gains and (h, b) in gains}
+        if between:
+            text += (f"\nHow the gain differs between two values of {key}: the head's ratio to "
+                     f"Softmax at the first value divided by its ratio at the second, minus 1, in "
+                     f"percent (negative: further below Softmax at the first value), its 95% "
+                     f"interval and p-value (the four points' variances, Welch-Satterthwaite degrees "
+                     f"of freedom); no interval where a point has one run:\n\n"
+                     + markdown_table(["head", *(f"{key} = {a} against {b}" for a, b in pairs)],
+                                      [[head_label(h), *(between[h, a, b].describe() if (h, a, b) in between
+                                                         else "" for a, b in pairs)]
+                                       for h in others if any((h, a, b) in between for a, b in pairs)]))
+        common = {(h, v): at_common_epoch(cells[h, v], cells[BASELINE, v]) for h, v in gains}
+        listed = [(f"{head_label(h)}, {key} = {v}", common[h, v]) for h in others for v in values
+                  if common.get((h, v)) is not None]
+        if listed:
+            text += f"\n## Each head against Softmax at a common epoch\n\n" + common_epoch_table(listed, "Softmax")
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
-    write_csv(prefixed(out_prefix, ".csv"), ["head", key, "runs", "test_ppl", "test_ppl_std", "press_rank"],
-              [[h, v, points[h, v][2], points[h, v][0][0], points[h, v][0][1], points[h, v][1][0]]
+    write_csv(prefixed(out_prefix, ".csv"),
+              ["head", key, "runs", "test_ppl", "test_ppl_std", "press_rank", "gain_pct", "gain_low_pct",
+               "gain_high_pct", "gain_p"],
+              [[h, v, points[h, v][2], points[h, v][0][0], points[h, v][0][1], points[h, v][1][0],
+                *estimate_csv(gains.get((h, v)))]
                for h in heads for v in values if (h, v) in points])
     return text
+
+
+def gain_difference(cells: dict, head: str, first, second):
+    """(head - Softmax at `first`) - (head - Softmax at `second`) of mean log test ppl."""
+    return difference_of_differences(*(log_values(cells[h, v].runs, "test_ppl")
+                                       for h, v in ((head, first), (BASELINE, first),
+                                                    (head, second), (BASELINE, second))))

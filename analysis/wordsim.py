@@ -9,7 +9,7 @@ and counted.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -17,7 +17,8 @@ import numpy as np
 from scipy import stats
 
 from . import AnalysisError
-from .runs import head_label, markdown_table, write_csv
+from .pooling import compared, refuse_unlike, resolved
+from .runs import head_label, markdown_table, read_run_config, write_csv
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class ModelScores:
     dataset: str
     head: str
     scores: list[Score]      # one per benchmark
+    setting: dict = field(default_factory=dict)   # what seeds of one configuration share (pooling.py)
 
 
 def score_runs(run_dirs: Sequence[Path], benchmarks: Sequence[Benchmark], device,
@@ -122,19 +124,22 @@ def score_runs(run_dirs: Sequence[Path], benchmarks: Sequence[Benchmark], device
         embeddings = run.model.body.encoder.weight.detach().cpu().double().numpy()
         word_to_id = run.corpus.word_to_id()
         rows.append(ModelScores(run_dir.name, run.corpus.name, run.config.head_name,
-                                [score(embeddings, word_to_id, b) for b in benchmarks]))
+                                [score(embeddings, word_to_id, b) for b in benchmarks],
+                                compared(resolved(read_run_config(run_dir)))))
     return rows
 
 
 def by_head(runs: Sequence[ModelScores]) -> list[ModelScores]:
-    """One row per (dataset, head): rho averaged over its runs (the pair counts depend on the
-    vocabulary only, so they are the same for all of them)."""
+    """One row per (dataset, head): rho averaged over its runs, which must be seeds of one
+    configuration (pooling.py; the pair counts depend on the vocabulary only, so they are the
+    same for all of them)."""
     groups: dict[tuple[str, str], list[ModelScores]] = {}
     for run in runs:
         groups.setdefault((run.dataset, run.head), []).append(run)
     several_datasets = len({dataset for dataset, _ in groups}) > 1
     rows = []
     for (dataset, head), members in groups.items():
+        refuse_unlike(f"--by-head: {head_label(head)} ({dataset})", [m.setting for m in members])
         scores = [Score(float(np.mean([m.scores[i].rho for m in members])), s.used, s.skipped)
                   for i, s in enumerate(members[0].scores)]
         label = head_label(head) + (f" ({dataset})" if several_datasets else "")

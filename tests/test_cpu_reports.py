@@ -7,8 +7,10 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 import report
 from tests.test_tables import make_run
@@ -60,10 +62,12 @@ def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
     out = tmp_path / "versus"
     assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(out)]) == 0
     text = (tmp_path / "versus.md").read_text()
-    assert "| Softmax | 300.00 | 255.00 ± 7.07 | 18 | 34 |" in text
-    assert "| MoS | 280.00 |  | 9,000 |  |" in text
-    # the change against Softmax's mean at the same d: 280 / 300 - 1; none where Softmax or MoS is missing
-    assert "| head | model.emsize = 16 | model.emsize = 32 |\n|---|---|---|\n| MoS | -6.7% |  |" in text
+    assert "| Softmax | 300.00 (n = 1) | 255.00 ± 7.07 (n = 2) | 18 | 34 |" in text
+    assert "| MoS | 280.00 (n = 1) |  | 9,000 |  |" in text
+    # the change against Softmax at the same d: 280 / 300 - 1, one run each so no interval; none
+    # where Softmax or MoS is missing
+    assert ("| head | model.emsize = 16 | model.emsize = 32 |\n|---|---|---|\n"
+            "| MoS | -6.7% (n = 1: no interval) |  |") in text
     with open(tmp_path / "versus.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["head"], r["model.emsize"], r["runs"], r["press_rank"]) for r in rows] == \
@@ -73,6 +77,37 @@ def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
     assert report.main(["versus", str(root), "--key", "model.nope", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "has no model.nope" in err
+
+
+def test_versus_gives_each_gain_and_the_gains_difference_with_intervals(tmp_path):
+    """Known answers: the gain at each d is Welch's interval on log test ppl (scipy's), the
+    difference of the gains between two d's the four-cell interval worked by hand."""
+    test_ppl = {("softmax", 16): [300.0, 310.0, 305.0], ("mos", 16): [280.0, 284.0],
+                ("softmax", 32): [250.0, 262.0], ("mos", 32): [238.0, 240.0, 236.0]}
+    root = ranked_runs(tmp_path / "runs", [(head, seed, d, ppl, 100) for (head, d), ppls in test_ppl.items()
+                                           for seed, ppl in enumerate(ppls, 1)])
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(tmp_path / "v")]) == 0
+    text = (tmp_path / "v.md").read_text()
+    logs = {cell: np.log(values) for cell, values in test_ppl.items()}
+    for d in (16, 32):
+        welch = stats.ttest_ind(logs["mos", d], logs["softmax", d], equal_var=False)
+        low, high = welch.confidence_interval(0.95)
+        change = 100 * math.expm1(logs["mos", d].mean() - logs["softmax", d].mean())
+        assert (f"{change:+.1f}% [{100 * math.expm1(low):+.1f}, {100 * math.expm1(high):+.1f}], "
+                f"p = {welch.pvalue:.2g}") in text
+    samples = [logs["mos", 16], logs["softmax", 16], logs["mos", 32], logs["softmax", 32]]
+    value = (samples[0].mean() - samples[1].mean()) - (samples[2].mean() - samples[3].mean())
+    terms = [s.var(ddof=1) / s.size for s in samples]
+    df = sum(terms) ** 2 / sum(t ** 2 / (s.size - 1) for t, s in zip(terms, samples))
+    half = stats.t.ppf(0.975, df) * math.sqrt(sum(terms))
+    p = 2 * stats.t.sf(abs(value) / math.sqrt(sum(terms)), df)
+    between = text.split("How the gain differs")[1].split("## Each head")[0]
+    assert "| head | model.emsize = 16 against 32 |" in between
+    row = next(line for line in between.splitlines() if line.startswith("| MoS |"))
+    assert row == (f"| MoS | {100 * math.expm1(value):+.1f}% [{100 * math.expm1(value - half):+.1f}, "
+                   f"{100 * math.expm1(value + half):+.1f}], p = {p:.2g} |")
+    # and each head against Softmax at their common epoch (all four stop at epoch 4 here)
+    assert "| MoS, model.emsize = 16 | 4, 4 | 4, 4, 4 | 4 |" in text
 
 
 def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):
@@ -121,7 +156,8 @@ def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
     out = tmp_path / "t"
     assert report.main(["table", str(root), "--only", "model.emsize=32", "--only", "head.name=softmax,mos",
                         "--out", str(out)]) == 0
-    rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| ")][1:]
+    main_table = (tmp_path / "t.md").read_text().split("\nMean ± ")[0]
+    rows = [line for line in main_table.splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == ["| Softmax", "| MoS"]
     assert "250.00" in rows[0] and "300.00" not in rows[0]
     for only, message in (("model.emsize", "expected KEY=VALUE"), ("model.emsize=8", "no run has that value")):

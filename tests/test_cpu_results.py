@@ -122,22 +122,29 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
                 f"docs/results_cpu.md does not show {name}'s tables as the report wrote them"
     moc = REPO / "results" / "cpu_ptb_moc" / "report" / "moc.md"
     if moc.is_file():     # the MoC single changes, once some have run
-        table = "\n".join(table_lines(moc.read_text(encoding="utf-8")))
-        assert f"\n{table}\n" in page, "docs/results_cpu.md does not show cpu_ptb_moc's moc.md as the report wrote it"
+        for table in tables(moc.read_text(encoding="utf-8")):
+            assert f"\n{table}\n" in page, "docs/results_cpu.md does not show cpu_ptb_moc's moc.md as the report wrote it"
     converged = REPO / "results" / "cpu_ptb_converged" / "report"
-    for name in ("heads.md", "convergence_heads.md", "cost.md"):   # the converged study, as it grows
-        if (converged / name).is_file():
-            table = "\n".join(table_lines((converged / name).read_text(encoding="utf-8")))
-            assert f"\n{table}\n" in page, f"docs/results_cpu.md does not show cpu_ptb_converged's {name}"
-    for name in ("d_sweep.md", "methods_d_sweep.md", "convergence_d_sweep.md"):   # every table of each
+    for name in ("heads.md", "convergence_heads.md", "cost.md",    # the converged study, as it grows:
+                 "d_sweep.md", "methods_d_sweep.md", "convergence_d_sweep.md"):   # every table of each
         if (converged / name).is_file():
             for table in tables((converged / name).read_text(encoding="utf-8")):
                 assert f"\n{table}\n" in page, f"docs/results_cpu.md does not show cpu_ptb_converged's {name}"
+    # the seed spread at convergence beside the 6-epoch one, each as its report gives it
+    spreads = [seed_spread(converged / "heads.md"), seed_spread(RESULTS / "report" / "seven_heads.md")]
+    at = [page.find(spread) for spread in spreads]
+    assert min(at) >= 0 and 0 <= at[1] - (at[0] + len(spreads[0])) < 200, \
+        "docs/results_cpu.md does not show the seed spread at convergence beside the 6-epoch one"
     shown = figures(page, RESULTS_PAGE)
     assert {f.relative_to(RESULTS).as_posix() for f in shown if f.parent == RESULTS / "report"} \
         >= {"report/curves.png", "report/spectra.png", "report/d_sweep.png"}
     for figure in shown:
         assert figure.is_file() and figure.parent in REPORT_FOLDERS, figure
+
+
+def seed_spread(report: Path) -> str:
+    """The paragraph of a table report on the seed-to-seed spread of test ppl."""
+    return report.read_text(encoding="utf-8").split(": seed spread\n\n")[1].split("\n")[0]
 
 
 def test_the_readme_headline_is_the_reports_table_and_figure():
@@ -146,7 +153,7 @@ def test_the_readme_headline_is_the_reports_table_and_figure():
     section = readme_section()
     converged = REPO / "results" / "cpu_ptb_converged" / "report"
     heads = converged / "heads.md"
-    table = "\n".join(table_lines(heads.read_text(encoding="utf-8")))
+    table = tables(heads.read_text(encoding="utf-8"))[0]      # the table itself (the others: the results page)
     assert table and f"\n{table}\n" in section, \
         "README's Results on a CPU does not show cpu_ptb_converged's heads.md table as the report wrote it"
     measured = [t for t in tables(section) if t.startswith("| Model |")]

@@ -74,14 +74,16 @@ def test_table5_layout_row_names_and_published_numbers(table5_runs, tmp_path):
     assert markdown.startswith("# [SB] Table 5")
     header = table_line(markdown, "Model")
     assert header == ["Model", "#Params", "[SB] #Params", "Train ppl", "[SB] Train ppl", "Validation ppl",
-                      "[SB] Validation ppl", "Test ppl", "[SB] Test ppl", "p-value (vs Softmax‡)",
-                      "[SB] p-value (vs Softmax‡)", "Runs"]
+                      "[SB] Validation ppl", "Test ppl", "[SB] Test ppl", "Test ppl vs Softmax‡: % [95% CI], p",
+                      "p-value (vs Softmax‡)", "[SB] p-value (vs Softmax‡)", "n"]
     mos = dict(zip(header, table_line(markdown, "MoS†")))
     assert mos["#Params"] == "17.53M" == mos["[SB] #Params"]
     assert mos["Test ppl"] == f"{statistics.mean([56.2, 56.5, 56.4]):.2f} ± {statistics.stdev([56.2, 56.5, 56.4]):.2f}"
     assert mos["[SB] Test ppl"] == "56.39 ± 0.19" and mos["[SB] Train ppl"] == "42.45 ± 1.03"
     p = stats.ttest_ind([56.2, 56.5, 56.4], [56.5, 56.4, 56.6]).pvalue        # against Softmax‡
     assert mos["p-value (vs Softmax‡)"] == f"{p:.2e}" and mos["[SB] p-value (vs Softmax‡)"] == "6.20e-01"
+    welch = stats.ttest_ind(np.log([56.2, 56.5, 56.4]), np.log([56.5, 56.4, 56.6]), equal_var=False)
+    assert mos["Test ppl vs Softmax‡: % [95% CI], p"].endswith(f"p = {welch.pvalue:.2g}")
     reference = dict(zip(header, table_line(markdown, "Softmax‡")))
     assert reference["p-value (vs Softmax‡)"] == "N/A" == reference["[SB] p-value (vs Softmax‡)"]
     assert reference["[SB] #Params"] == "17.56M" and reference["[SB] Test ppl"] == "56.45 ± 0.10"
@@ -108,7 +110,7 @@ def test_mos_components_table_matches_trigger_and_k(tmp_path):
     markdown = (tmp_path / "k.md").read_text()
     header = table_line(markdown, "Model")
     assert header == ["Model", "#Params", "[SB] #Params", "Train ppl", "[SB] Train ppl", "Test ppl",
-                      "[SB] Test ppl", "Press rank", "[SB] Press rank", "Runs"]
+                      "[SB] Test ppl", "Press rank", "[SB] Press rank", "n"]     # no Softmax: no change column
     k5 = dict(zip(header, table_line(markdown, "K = 5")))
     assert (k5["[SB] #Params"], k5["[SB] Test ppl"], k5["[SB] Press rank"], k5["Press rank"]) == \
         ("19.75M", "58.38", "8,057", "8,000")
@@ -128,12 +130,37 @@ def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
     header = table_line(markdown, "Model")
     assert [h for h in header if not h.startswith("[SB]")] == [
         "Model", "#Params", "Time (s/epoch)", "Train ppl", "Validation ppl", "Test ppl",
-        "p-value (vs Softmax)", "Press rank", "Runs"]
+        "Test ppl vs Softmax: % [95% CI], p", "p-value (vs Softmax)", "Press rank", "n"]
     ss = dict(zip(header, table_line(markdown, "SS")))
     assert ss["[SB] Time (s/epoch)"] == "~57" and ss["[SB] Press rank"] == "5,113 ± 85"
     assert ss["[SB] p-value (vs Softmax)"] == "3.92e-01"
     assert ss["p-value (vs Softmax)"] == f"{stats.ttest_ind([56.9, 57.0, 57.1], [57.0, 57.2]).pvalue:.2e}"
     assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
+
+
+def test_a_paper_table_says_when_its_models_are_not_sbs(tmp_path):
+    """Issue 46: a miniature's numbers were set beside [SB]'s 24.22M-parameter ones without a word."""
+    root = tmp_path / "runs"
+    for head, params in (("softmax", 180_416), ("ss", 24_221_600)):
+        for seed in (1, 2):
+            fake_run(root, f"{head}-{seed}", "ptb", head, seed, test_ppl=57.0 + seed / 10, params=params,
+                     config={"train": {"asgd_trigger": "et"}})
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    note = next(line for line in markdown.splitlines() if "Not [SB]'s model" in line)
+    assert markdown.index(note) < markdown.index("| Model |")           # before the numbers
+    assert "Softmax 0.18M here, 24.22M in [SB]" in note and "SS " not in note
+    for path in root.glob("softmax-*/run.json"):                       # [SB]'s size: said so
+        path.write_text(json.dumps({**json.loads(path.read_text()), "params": 24_221_600}))
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    assert "Not [SB]'s model" not in markdown
+    assert "Every row with a published counterpart has the parameter count [SB] prints for it." in markdown
+    # SM Table 12 prints no parameter count: nothing to check against, and it says so
+    fake_run(root, "mos-k15", "ptb", "mos", 1, test_ppl=56.0, params=180_416,
+             config={"head": {"components": 15, "dropoutl": 0.0}, "train": {"asgd_trigger": "nt"}})
+    assert report.main(["table", str(root / "mos-k15"), "--paper", "sm-table12", "--out", str(tmp_path / "t12")]) == 0
+    assert "No parameter count to check against [SB]'s" in (tmp_path / "t12.md").read_text()
 
 
 def test_paper_table_refuses_another_baseline(table5_runs, tmp_path, capsys):

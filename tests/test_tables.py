@@ -83,8 +83,16 @@ def test_table_values(runs, tmp_path, capsys):
     ss = rows["SS"]
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
     assert float(ss["test_ppl_std"]) == pytest.approx(statistics.stdev(SS_TEST))   # ddof = 1
-    assert float(ss["p_value"]) == pytest.approx(stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue)
-    assert rows["Softmax"]["p_value"] == ""
+    # against Softmax: Welch's t on log ppl, the difference as a ratio of geometric means
+    logs, log_softmax = np.log(SS_TEST), np.log(SOFTMAX_TEST)
+    welch = stats.ttest_ind(logs, log_softmax, equal_var=False)
+    low, high = welch.confidence_interval(0.95)
+    change = 100 * math.expm1(logs.mean() - log_softmax.mean())
+    assert float(ss["test_change_pct"]) == pytest.approx(change)
+    assert (float(ss["test_change_low_pct"]), float(ss["test_change_high_pct"])) == \
+        (pytest.approx(100 * math.expm1(low)), pytest.approx(100 * math.expm1(high)))
+    assert float(ss["test_change_p"]) == pytest.approx(welch.pvalue)
+    assert rows["Softmax"]["test_change_pct"] == "" and "p_value" not in ss   # [SB]'s layouts only
     # train / valid ppl come from epoch 2, the one with the lowest validation loss
     assert float(ss["train_ppl_mean"]) == pytest.approx(math.exp(3.1))
     assert float(ss["val_ppl_mean"]) == pytest.approx(math.exp(4.1))
@@ -94,11 +102,11 @@ def test_table_values(runs, tmp_path, capsys):
     assert ss["params"] == "24221600" and ss["runs"] == "4"
 
     line = next(l for l in markdown.splitlines() if l.startswith("| SS "))
-    p = stats.ttest_ind(SS_TEST, SOFTMAX_TEST).pvalue
-    assert line == (f"| SS | 24.22M | 60.0 | 22.20 ± 0.00 | 60.34 ± 0.00 | "
-                    f"{statistics.mean(SS_TEST):.2f} ± {statistics.stdev(SS_TEST):.2f} | {p:.2e} | "
-                    f"5,002.5 ± {statistics.stdev([5001, 5002, 5003, 5004]):.1f} | 4 |")   # as [SB]: mean ± std
-    assert "| Softmax | 24.22M | 52.0 |" in markdown and "| N/A | 402 | 3 |" in markdown
+    interval = f"[{100 * math.expm1(low):+.1f}, {100 * math.expm1(high):+.1f}], p = {welch.pvalue:.2g}"
+    assert line == (f"| SS | 4 | 24.22M | 60.0 | 22.20 ± 0.00 | 60.34 ± 0.00 | "
+                    f"{statistics.mean(SS_TEST):.2f} ± {statistics.stdev(SS_TEST):.2f} | {change:+.1f}% {interval} | "
+                    f"5,002.5 ± {statistics.stdev([5001, 5002, 5003, 5004]):.1f} |")   # as [SB]: mean ± std
+    assert "| Softmax | 3 | 24.22M | 52.0 |" in markdown and "| baseline | 402 |" in markdown
     assert "Every run found has all its numbers" in markdown
 
 
@@ -125,7 +133,7 @@ def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
     assert f"`{runs / 'ptb-softmax-unfinished'}`: training unfinished (3 of 500 epochs)" in missing
     assert "ptb-softmax-stopped" not in missing
     line = next(l for l in markdown.splitlines() if l.startswith("| SS "))
-    assert "(n=3)" in line and line.endswith("| 4 |")        # cells over 3 of the row's 4 runs
+    assert "(n=3)" in line and line.startswith("| SS | 4 |")        # cells over 3 of the row's 4 runs
     ss = read_csv(tmp_path / "t.csv")["SS"]
     assert ss["test_ppl_n"] == "3" and ss["train_ppl_n"] == "3"
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean([56.8, 56.7, 56.85]))
@@ -175,10 +183,85 @@ def test_rows_by_dataset_and_group_by_key(tmp_path):
     assert report.main(["table", str(root), "--group-by", "head.k", "--out", str(tmp_path / "t")]) == 0
     markdown = (tmp_path / "t.md").read_text()
     assert markdown.index("## ptb") < markdown.index("## wikitext-2")
-    labels = [line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")
+    main_tables = markdown.split("\nMean ± ")[0]          # the common-epoch tables follow the note
+    labels = [line.split("|")[1].strip() for line in main_tables.splitlines() if line.startswith("| ")
               and not line.startswith("| Model")]
     assert labels == ["Softmax", "GSS (head.k=2)", "GSS (head.k=3)", "Softmax"]   # softmax has no head.k
     assert "| 33.55M |" in markdown
+
+
+def sized_run(root: Path, name: str, head_name: str, seed: int, d: int, test_ppl: float, params: int,
+              **sections) -> Path:
+    """make_run's directory of a model with emsize = nhidlast = d, trained at lr 20, and any
+    further config values (section -> {key: value})."""
+    run = make_run(root, name, head_name, seed, test_ppl=test_ppl, press_rank=d + 2, params=params)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"] = {"emsize": d, "nhidlast": d}
+    config["train"]["lr"] = 20.0
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def test_runs_of_other_configurations_are_separate_rows_not_seeds(tmp_path, capsys):
+    """Issue 46: runs of different sizes were averaged into one row as if they were seeds
+    ("0.18M/0.99M"). Runs pool only when every compared config key but the seed is equal
+    (analysis/pooling.py); keys that cannot change a run's result may differ."""
+    root = tmp_path / "runs"
+    for seed, ppl in ((1, 300.0), (2, 310.0)):
+        sized_run(root, f"softmax-d16-{seed}", "softmax", seed, 16, ppl, 180_416)
+    for seed, ppl in ((1, 170.0), (2, 175.0)):
+        sized_run(root, f"softmax-d64-{seed}", "softmax", seed, 64, ppl, 990_000)
+    # a third d = 64 seed, elsewhere, on another device, logged and compiled otherwise: pooled
+    sized_run(root, "softmax-d64-3", "softmax", 3, 64, 172.0, 990_000,
+              run={"dir": "elsewhere", "device": "cuda", "log_interval": 7, "tensorboard": False,
+                   "checkpoint_every_steps": 100, "deterministic": True, "ddp_reduce": "allreduce"},
+              data={"data_dir": "/somewhere/else"})
+    # at another learning rate: not a seed of the others
+    sized_run(root, "softmax-d64-lr5", "softmax", 1, 64, 190.0, 990_000, train={"lr": 5.0})
+    for seed, ppl in ((1, 160.0), (2, 162.0)):
+        sized_run(root, f"mos-d64-{seed}", "mos", seed, 64, ppl, 1_000_000, head={"compile": seed == 1})
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    rows = read_csv(tmp_path / "t.csv")
+    assert list(rows) == ["Softmax (model.emsize=16, model.nhidlast=16, train.lr=20.0)",
+                          "Softmax (model.emsize=64, model.nhidlast=64, train.lr=5.0)",
+                          "Softmax (model.emsize=64, model.nhidlast=64, train.lr=20.0)", "MoS"]
+    assert "/" not in "".join(row["params"] for row in rows.values())
+    d64 = rows["Softmax (model.emsize=64, model.nhidlast=64, train.lr=20.0)"]
+    assert d64["runs"] == "3" and float(d64["test_ppl_mean"]) == pytest.approx(statistics.mean([170, 175, 172]))
+    # MoS is compared with Softmax at its own d and lr
+    change = 100 * math.expm1(np.mean(np.log([160, 162])) - np.mean(np.log([170, 175, 172])))
+    assert float(rows["MoS"]["test_change_pct"]) == pytest.approx(change)
+    assert "| Softmax (model.emsize=16, model.nhidlast=16, train.lr=20.0) | 2 | 0.18M |" in markdown
+    # a report that cannot split a point refuses in one line naming the keys
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Softmax (model.emsize=64)") and "\n" not in err, err
+    assert "not seeds of one configuration" in err and "train.lr (20.0, 5.0)" in err
+    assert not (tmp_path / "v.md").exists()
+
+
+def test_a_row_of_one_run_has_its_value_and_no_interval(tmp_path):
+    """n = 1: the value, no spread and no interval, in the table and against a row of three."""
+    root = tmp_path / "runs"
+    for seed, ppl in enumerate(SOFTMAX_TEST, 1):
+        make_run(root, f"ptb-softmax-seed{seed}", "softmax", seed, test_ppl=ppl, val_losses=(4.2, 4.1, 4.0))
+    make_run(root, "ptb-mos-seed1", "mos", 1, test_ppl=55.0, val_losses=(4.1, 3.95), epochs=2)
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    change = 100 * math.expm1(math.log(55.0) - np.mean(np.log(SOFTMAX_TEST)))
+    line = next(l for l in markdown.splitlines() if l.startswith("| MoS "))
+    assert line.startswith("| MoS | 1 |") and "| 55.00 |" in line and "±" not in line
+    assert f"| {change:+.1f}% (n = 1: no interval) |" in line
+    # at the common epoch, the earliest stop (MoS's 2): every run's valid ppl there
+    common = next(l for l in markdown.split("at a common epoch")[1].splitlines() if l.startswith("| MoS "))
+    valid_change = 100 * math.expm1(3.95 - 4.1)
+    assert common == (f"| MoS | 2 | 3, 3, 3 | 2 | {math.exp(3.95):.2f} | "
+                      f"{', '.join([f'{math.exp(4.1):.2f}'] * 3)} | {valid_change:+.1f}% (n = 1: no interval) |")
+    spread = 100 * statistics.stdev(np.log(SOFTMAX_TEST))
+    assert f"pooled over the 1 row with two runs or more (2 degrees of freedom): **{spread:.2f}% [" in markdown
 
 
 def test_run_directories_below_a_folder_but_not_inside_a_run(runs):
@@ -193,7 +276,8 @@ def test_run_directories_below_a_folder_but_not_inside_a_run(runs):
 def test_seeds_left_out_of_the_t_test_only(runs, tmp_path):
     assert report.main(["table", str(runs), "--out", str(tmp_path / "t"), "--exclude-from-t-test", "1"]) == 0
     ss = read_csv(tmp_path / "t.csv")["SS"]
-    assert float(ss["p_value"]) == pytest.approx(stats.ttest_ind(SS_TEST[1:], SOFTMAX_TEST[1:]).pvalue)
+    welch = stats.ttest_ind(np.log(SS_TEST[1:]), np.log(SOFTMAX_TEST[1:]), equal_var=False)
+    assert float(ss["test_change_p"]) == pytest.approx(welch.pvalue)
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
 
 

@@ -1,0 +1,92 @@
+"""A cell of runs against its reference cell (a head against Softmax at the same d): the
+difference of their test perplexities at each run's stop, and of their validation perplexities
+at a common epoch, each with its Welch interval (stats.py). A cell is anything with `runs`, the
+RunResults of tables.py.
+
+Runs stop at different epochs (the plateau rule), and a run stopped later has had more epochs to
+improve; so beside the test perplexities at each run's stop, the reports compare every run's
+validation perplexity (metrics.jsonl) at the cell's common epoch: the earliest stop among the
+runs of the two cells compared.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .runs import markdown_table
+from .stats import Estimate, pooled_spread, welch
+
+
+def log_values(runs: Sequence, name: str, exclude_seeds: Sequence[int] = ()) -> list[float]:
+    """log of each run's `name` (a perplexity) that it has, seeds in `exclude_seeds` left out."""
+    return [math.log(getattr(r, name)) for r in runs
+            if getattr(r, name) is not None and r.seed not in exclude_seeds]
+
+
+def test_difference(cell, reference, exclude_seeds: Sequence[int] = ()) -> Estimate | None:
+    """The cell's test ppl against the reference's (Welch on log ppl); None if either has none."""
+    mine, theirs = (log_values(c.runs, "test_ppl", exclude_seeds) for c in (cell, reference))
+    return welch(mine, theirs) if mine and theirs else None
+
+
+@dataclass(frozen=True)
+class AtCommonEpoch:
+    epoch: int                          # the earliest stop among the runs of both cells
+    stops: list[int]                    # each run's last epoch, the cell's then the reference's
+    reference_stops: list[int]
+    val_ppl: list[float]                # each run's validation ppl at `epoch`
+    reference_val_ppl: list[float]
+    difference: Estimate                # log val ppl, the cell's against the reference's
+
+
+def at_common_epoch(cell, reference) -> AtCommonEpoch | None:
+    """Both cells' validation ppl at their common epoch; None if a cell has no epoch logged (or
+    a run lacks that epoch's record)."""
+    mine = [r for r in cell.runs if r.val_ppl_by_epoch]
+    theirs = [r for r in reference.runs if r.val_ppl_by_epoch]
+    if not mine or not theirs:
+        return None
+    epoch = min(max(r.val_ppl_by_epoch) for r in mine + theirs)
+    if any(epoch not in r.val_ppl_by_epoch for r in mine + theirs):
+        return None
+    values = [r.val_ppl_by_epoch[epoch] for r in mine]
+    reference_values = [r.val_ppl_by_epoch[epoch] for r in theirs]
+    return AtCommonEpoch(epoch, [max(r.val_ppl_by_epoch) for r in mine],
+                         [max(r.val_ppl_by_epoch) for r in theirs], values, reference_values,
+                         welch([math.log(v) for v in values], [math.log(v) for v in reference_values]))
+
+
+def seed_spread_line(cells: Sequence, label) -> str:
+    """A paragraph: each cell's spread of log test ppl over its seeds (cells of two runs or more)
+    and the spread pooled over them, in percent of perplexity with 95% intervals."""
+    samples = [(label(c), log_values(c.runs, "test_ppl")) for c in cells]
+    samples = [(name, values) for name, values in samples if len(values) >= 2]
+    pooled = pooled_spread([values for _, values in samples])
+    if pooled is None:
+        return ("No row has two runs with a test perplexity: the seed-to-seed spread is unknown "
+                "here (n = 1 in every row).")
+    each = "; ".join(f"{name} {100 * spread.std:.2f}% (n = {len(values)}, "
+                     f"{100 * spread.low:.2f}-{100 * spread.high:.2f}%)"
+                     for name, values in samples for spread in [pooled_spread([values])])
+    return (f"Seed-to-seed spread of test ppl (the sample std of log test ppl, in percent of "
+            f"perplexity, with its 95% chi-square interval), pooled over the {pooled.groups} "
+            f"row{'s' * (pooled.groups != 1)} with two runs or more ({pooled.df} degrees of "
+            f"freedom): **{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. "
+            f"Each: {each}.")
+
+
+def common_epoch_table(compared: Sequence[tuple[str, AtCommonEpoch]], reference: str) -> str:
+    """The Markdown table of (label, AtCommonEpoch) pairs against `reference` (e.g. "Softmax")
+    and the paragraph that explains it."""
+    header = ["Model", "stopped at epoch", f"{reference} stopped at epoch", "common epoch",
+              "valid ppl at it", f"{reference}'s valid ppl at it", f"valid ppl vs {reference}: % [95% CI], p"]
+    lines = [[label, ", ".join(map(str, c.stops)), ", ".join(map(str, c.reference_stops)), str(c.epoch),
+              ", ".join(f"{v:.2f}" for v in c.val_ppl), ", ".join(f"{v:.2f}" for v in c.reference_val_ppl),
+              c.difference.describe()] for label, c in compared]
+    return (markdown_table(header, lines)
+            + f"\nRuns stop at different epochs, and a comparison at their stops favours the cell "
+              f"that trained longer. Here every run's validation ppl (metrics.jsonl) at the common "
+              f"epoch of a cell and its {reference} cell, the earliest stop among their runs (one "
+              f"value per run, in the order of the stops), and the change against {reference} "
+              f"(Welch on log ppl, as for test ppl).\n")

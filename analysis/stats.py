@@ -1,0 +1,117 @@
+"""The reports' statistics, in one place: differences of means with their Welch interval and
+p-value, and the seed-to-seed spread.
+
+Perplexities are compared on the log scale. Log perplexity is the mean cross-entropy per token,
+so a difference of mean log perplexities is the log of a ratio of (geometric-mean) perplexities,
+and a report states it as that ratio's change in percent, exp(difference) - 1, its interval
+transformed the same way: "-5.8% [-9.1, -2.4]" is 5.8% below, the 95% interval from 9.1% to
+2.4% below. On that scale a run's spread is a fraction of its perplexity whatever the
+perplexity's size, which is what makes spreads comparable across heads, d's and studies.
+
+Every estimate here is a weighted sum of sample means, sum_i w_i mean_i: a difference of two
+cells (weights 1, -1, Welch's unequal-variance t) or the difference between two d's of a head's
+difference to Softmax (1, -1, -1, 1). Its variance is sum_i w_i^2 s_i^2 / n_i, its degrees of
+freedom Welch-Satterthwaite's, (sum_i v_i)^2 / sum_i v_i^2 / (n_i - 1) with v_i = w_i^2 s_i^2 / n_i.
+A sample of one value has no variance of its own: an estimate that involves one has no interval
+and no p-value (`why_not` says so), rather than one made up from other cells' spread.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95           # of every interval the reports give
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """sum_i w_i mean_i on the log scale, with its interval and two-sided p-value against 0."""
+    value: float
+    sizes: tuple[int, ...]                 # the samples' sizes (n of each cell)
+    low: float | None = None               # the LEVEL interval; None with why_not
+    high: float | None = None
+    p: float | None = None
+    df: float | None = None                # Welch-Satterthwaite degrees of freedom
+    why_not: str | None = None             # why there is no interval: "n = 1", "no spread"
+
+    @property
+    def percent(self) -> float:
+        return percent(self.value)
+
+    def describe(self) -> str:
+        """"-5.8% [-9.1, -2.4], p = 0.0042", or "-5.8% (n = 1: no interval)"."""
+        text = f"{self.percent:+.1f}%"
+        if self.why_not:
+            return f"{text} ({self.why_not}: no interval)"
+        return f"{text} [{percent(self.low):+.1f}, {percent(self.high):+.1f}], p = {format_p(self.p)}"
+
+
+def percent(log_ratio: float) -> float:
+    """A difference of log perplexities as the change of the perplexity ratio, in percent."""
+    return 100 * math.expm1(log_ratio)
+
+
+def format_p(p: float) -> str:
+    return f"{p:.1e}" if p < 1e-3 else f"{p:.2g}"
+
+
+def combination(samples: Sequence[Sequence[float]], weights: Sequence[float],
+                level: float = LEVEL) -> Estimate:
+    """sum_i weights[i] * mean(samples[i]), with its Welch interval and p-value (module doc)."""
+    if len(samples) != len(weights) or not samples:
+        raise ValueError("one weight per sample")
+    arrays = [np.asarray(s, dtype=np.float64) for s in samples]
+    if any(a.size == 0 for a in arrays):
+        raise ValueError("an empty sample has no mean")
+    sizes = tuple(a.size for a in arrays)
+    value = float(sum(w * a.mean() for w, a in zip(weights, arrays)))
+    if min(sizes) < 2:
+        return Estimate(value, sizes, why_not="n = 1")
+    terms = [w * w * a.var(ddof=1) / a.size for w, a in zip(weights, arrays)]
+    variance = sum(terms)
+    if variance == 0:
+        return Estimate(value, sizes, why_not="no spread")
+    df = variance ** 2 / sum(t * t / (a.size - 1) for t, a in zip(terms, arrays))
+    se = math.sqrt(variance)
+    half = stats.t.ppf(0.5 + level / 2, df) * se
+    p = float(2 * stats.t.sf(abs(value) / se, df))
+    return Estimate(value, sizes, value - half, value + half, p, df)
+
+
+def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Estimate:
+    """mean(a) - mean(b): Welch's unequal-variance t interval and test."""
+    return combination([a, b], [1.0, -1.0], level)
+
+
+def difference_of_differences(a1, b1, a2, b2, level: float = LEVEL) -> Estimate:
+    """(mean(a1) - mean(b1)) - (mean(a2) - mean(b2)): e.g. how a head's gain over Softmax at one
+    d differs from its gain at another, four independent samples."""
+    return combination([a1, b1, a2, b2], [1.0, -1.0, -1.0, 1.0], level)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The sample standard deviation pooled over groups (each around its own mean), with its
+    chi-square interval."""
+    std: float
+    low: float
+    high: float
+    df: int                                # sum over the groups of (n - 1)
+    groups: int
+
+
+def pooled_spread(samples: Sequence[Sequence[float]], level: float = LEVEL) -> Spread | None:
+    """The within-group spread of the samples of two values or more, pooled:
+    s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1); None when no sample has two values."""
+    used = [np.asarray(s, dtype=np.float64) for s in samples if len(s) >= 2]
+    if not used:
+        return None
+    df = sum(a.size - 1 for a in used)
+    squares = float(sum(((a - a.mean()) ** 2).sum() for a in used))
+    low = math.sqrt(squares / stats.chi2.ppf(0.5 + level / 2, df))
+    high = math.sqrt(squares / stats.chi2.ppf(0.5 - level / 2, df))
+    return Spread(math.sqrt(squares / df), low, high, df, len(used))
