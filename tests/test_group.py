@@ -1,0 +1,317 @@
+"""Group runs (train.py --group, experiment/group.py): several runs trained in lockstep by one
+process, each equal to its solo run.
+
+In float64 on the CPU. The batched step (--group-step batched: the bodies in one pass, the GPU's
+path) is forced here, so its maths is checked where no GPU is; it sums in another order than
+torch.lstm, so its runs equal the solo runs to rounding (1e-10 after a few epochs). The solo
+step (each run's own kernels, the CPU's default) is the solo run bit for bit.
+
+MoS trains here at lr 5: at lr 20 this tiny MoS is chaotic (a 1e-15 change of one weight grows
+to 1e-4 within 100 steps of its solo run), which would amplify any reordering of sums, not a
+difference of maths; at lr 5 the same change stays at 1e-15.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from conftest import TINY
+from model.body import AWDLSTMBody
+from model.group import alive_steps, grouped_forward, grouped_lstm_reference
+from model.kernels.grouped_lstm import grouped_lstm_recurrence
+from model.random_stream import RandomStream
+
+MINI = "configs/ptb_mini"
+
+
+@pytest.fixture
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+@pytest.fixture
+def tiny(small_data) -> list[str]:
+    return [f"data.data_dir={small_data}", *TINY, "run.log_interval=1000"]
+
+
+def member(head: str, seed: int, run_dir: Path, *overrides: str) -> list[str]:
+    extra = ["head.compile=false", "train.lr=5"] if head == "mos" else []
+    return [f"{MINI}/{head}.yaml", f"train.seed={seed}", f"run.dir={run_dir}", *extra, *overrides]
+
+
+def group(*members: list[str], step: str = "batched") -> list[str]:
+    return ["--group", *[shlex.join(m) for m in members], "--group-step", step]
+
+
+def last(run_dir: Path) -> dict:
+    return torch.load(run_dir / "last.pt", weights_only=True)
+
+
+def assert_same_run(a: Path, b: Path, tolerance: float) -> None:
+    """Two run directories hold the same training: weights, ASGD averages, validation losses,
+    the epoch averaging started and where (and whether) training ended."""
+    x, y = last(a), last(b)
+    for key in x["model"]:
+        torch.testing.assert_close(x["model"][key], y["model"][key], rtol=0, atol=tolerance, msg=key)
+    sx, sy = x["optimizer"]["state"]["state"], y["optimizer"]["state"]["state"]
+    assert x["optimizer"]["averaged"] == y["optimizer"]["averaged"]
+    assert sx.keys() == sy.keys()
+    for index in sx:
+        for key, value in sx[index].items():
+            if torch.is_tensor(value):
+                torch.testing.assert_close(value, sy[index][key], rtol=0, atol=tolerance, msg=f"{index}.{key}")
+            else:
+                assert value == pytest.approx(sy[index][key], abs=tolerance)
+    px, py = x["progress"], y["progress"]
+    for key in ("epoch", "step", "position", "asgd_start_epoch", "finished"):
+        assert px[key] == py[key], key
+    assert px["val_history"] == pytest.approx(py["val_history"], abs=tolerance, rel=0)
+    metrics = [[json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (a, b)]
+    assert [(r["epoch"], r["optimizer"], r.get("switched_to_asgd"), r.get("early_stop")) for r in metrics[0]] == \
+           [(r["epoch"], r["optimizer"], r.get("switched_to_asgd"), r.get("early_stop")) for r in metrics[1]]
+
+
+# ---------------------------------------------------------------------- the batched body
+@pytest.mark.parametrize("lengths", [(7, 7, 7), (7, 4, 6)])
+def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths):
+    torch.manual_seed(0)
+    g, t, b, h = 3, 7, 4, 5
+    inputs = [torch.randn(g, t, b, 4 * h), torch.randn(g, b, h), torch.randn(g, b, h), torch.randn(g, 4 * h, h)]
+    inputs = [x.requires_grad_() for x in inputs]
+    alive = alive_steps(list(lengths), "cpu")
+    assert (alive is None) == (len(set(lengths)) == 1)
+    reference = grouped_lstm_reference(*inputs, alive)
+    kernel = grouped_lstm_recurrence(*inputs, alive)
+    weights = [torch.randn_like(x) for x in reference]       # a loss through every output
+    grads = [torch.autograd.grad(sum((w * x).sum() for w, x in zip(weights, out)), inputs)
+             for out in (reference, kernel)]
+    for x, y in zip(reference, kernel):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-14)
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-13)
+    assert torch.autograd.gradcheck(lambda *x: grouped_lstm_recurrence(*x, alive), inputs)
+    # A member past its end keeps its state: the final state is the one at its own length.
+    for member, n in enumerate(lengths):
+        torch.testing.assert_close(reference[1][member], reference[0][member, n - 1])
+
+
+def test_grouped_bodies_compute_each_bodys_own_forward(float64):
+    """Different lengths, dropout rates (none at all in one), embedding noise in one, each with
+    the masks its own stream draws: each member's output, state and raw output are its solo
+    forward's."""
+    bodies, streams = [], []
+    for seed, (dropouts, noise) in enumerate([((0.2, 0.1, 0.3, 0.1, 0.4), 0.0), ((0, 0, 0, 0, 0), 0.0),
+                                              ((0.4, 0.3, 0.4, 0.1, 0.5), 0.2)]):
+        torch.manual_seed(seed)
+        bodies.append(AWDLSTMBody(30, 6, 9, 6, 3, *dropouts, emb_noise=noise).train())
+        streams.append(RandomStream(torch.device("cpu")))
+    ids = [torch.randint(0, 30, (n, 4)) for n in (7, 5, 6)]
+    hidden = [[(torch.randn(1, 4, r.hidden_size), torch.randn(1, 4, r.hidden_size)) for r in b.rnns] for b in bodies]
+    starts = [s.state() for s in streams]
+    solo = []
+    for body, x, h, stream in zip(bodies, ids, hidden, streams):
+        with stream:
+            solo.append(body(x, h))
+    for stream, start in zip(streams, starts):
+        stream.restore(start["torch"], None)
+    masks = []
+    for body, x, stream in zip(bodies, ids, streams):
+        with stream:
+            masks.append(body.draw_masks(*x.shape))
+    for mine, theirs in zip(solo, grouped_forward(bodies, ids, hidden, masks)):
+        torch.testing.assert_close(mine.output, theirs.output, rtol=0, atol=1e-14)
+        torch.testing.assert_close(mine.last_raw_output, theirs.last_raw_output, rtol=0, atol=1e-14)
+        for (h1, c1), (h2, c2) in zip(mine.hidden, theirs.hidden):
+            torch.testing.assert_close(h1, h2, rtol=0, atol=1e-14)
+            torch.testing.assert_close(c1, c2, rtol=0, atol=1e-14)
+
+
+def test_a_stream_draws_what_the_global_generator_would_in_its_thread_only():
+    torch.manual_seed(5)
+    stream = RandomStream(torch.device("cpu"))
+    expected = torch.rand(6)
+    other = torch.rand(3)                    # the global stream moves on; the run's does not
+    seen = {}
+
+    def draw(name):
+        from model.body import keep_mask
+        with stream:
+            seen[name] = keep_mask((6,), 0.5, torch.empty(0))
+    thread = threading.Thread(target=draw, args=("thread",))
+    thread.start()
+    thread.join()
+    assert torch.equal(seen["thread"], (expected >= 0.5).float() * 2)
+    assert not torch.equal(torch.rand(3), other)   # outside the stream: the global one
+    assert stream.state()["cuda"] is None
+
+
+# ---------------------------------------------------------------------- a group equals its solo runs
+@pytest.mark.parametrize("step, tolerance", [("batched", 1e-10), ("solo", 0.0)])
+def test_a_group_through_the_et_asgd_switch_equals_its_solo_runs(step, tolerance, tiny, float64, tmp_path):
+    """Two seeds of Softmax and one MoS, ET-ASGD after epoch 1, 3 epochs: each member's weights,
+    averages, validation losses and switch equal its solo run's."""
+    schedule = [*tiny, "train.epochs=3", "train.asgd_trigger=et", "train.asgd_switch_epoch=1"]
+    runs = [("softmax", 1), ("softmax", 2), ("mos", 1)]
+    for head, seed in runs:
+        assert train.main(member(head, seed, tmp_path / f"solo-{head}-{seed}", *schedule)) == 0
+    assert train.main(group(*[member(h, s, tmp_path / f"group-{h}-{s}", *schedule) for h, s in runs],
+                            step=step)) == 0
+    for head, seed in runs:
+        assert_same_run(tmp_path / f"solo-{head}-{seed}", tmp_path / f"group-{head}-{seed}", tolerance)
+        assert last(tmp_path / f"group-{head}-{seed}")["progress"]["asgd_start_epoch"] == 2
+    steps = {last(tmp_path / f"group-softmax-{s}")["progress"]["step"] for s in (1, 2)}
+    assert len(steps) == 2                   # each seed its own sequence lengths
+    info = json.loads((tmp_path / "group-mos-1" / "run.json").read_text())
+    assert info["groups"][0]["runs"] == [str(tmp_path / f"group-{h}-{s}") for h, s in runs]
+    assert info["groups"][0]["step"] == step
+    assert json.loads((tmp_path / "group-mos-1" / "group_exit.json").read_text())["exit_code"] == 0
+
+
+def test_a_group_whose_members_take_different_nt_asgd_decisions_equals_its_solo_runs(tiny, float64, tmp_path):
+    """NT-ASGD with nonmono 1: one member's validation loss rises and it switches, the other's
+    keeps falling and it stays on SGD; a third stops early on its plateau rule."""
+    schedule = [*tiny, "train.epochs=4", "train.asgd_trigger=nt", "train.nonmono=1"]
+    runs = {"switches": ("softmax", 1, ["train.lr=30"]), "stays": ("softmax", 2, ["train.lr=1"]),
+            "stops": ("softmax", 3, ["train.asgd_trigger=start", "train.plateau_gain=0.5",
+                                     "train.plateau_window=1"])}
+    for name, (head, seed, own) in runs.items():
+        assert train.main(member(head, seed, tmp_path / f"solo-{name}", *schedule, *own)) == 0
+    assert train.main(group(*[member(h, s, tmp_path / f"group-{name}", *schedule, *own)
+                              for name, (h, s, own) in runs.items()])) == 0
+    for name in runs:
+        assert_same_run(tmp_path / f"solo-{name}", tmp_path / f"group-{name}", 1e-10)
+    progress = {name: last(tmp_path / f"group-{name}")["progress"] for name in runs}
+    assert progress["switches"]["asgd_start_epoch"] is not None
+    assert progress["stays"]["asgd_start_epoch"] is None
+    assert progress["stops"]["finished"] and progress["stops"]["epoch"] <= 4   # before the cap
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_solo_step_side_by_side_is_the_solo_run_bit_for_bit(threads, tiny, float64, tmp_path):
+    schedule = [*tiny, "train.epochs=2", "train.asgd_switch_epoch=1"]
+    runs = [("softmax", 1), ("mos", 2)]
+    for head, seed in runs:
+        assert train.main(member(head, seed, tmp_path / f"solo-{head}", *schedule)) == 0
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert train.main(group(*[member(h, s, tmp_path / f"group-{h}", *schedule) for h, s in runs],
+                                step="solo")) == 0
+    finally:
+        torch.set_num_threads(before)
+    for head, _ in runs:
+        assert_same_run(tmp_path / f"solo-{head}", tmp_path / f"group-{head}", 0.0)
+
+
+# ---------------------------------------------------------------------- stopping and resuming
+def test_a_group_stopped_and_resumed_ends_bit_identical_to_one_never_stopped(tiny, float64, tmp_path):
+    schedule = [*tiny, "train.epochs=2", "train.asgd_switch_epoch=1"]
+    runs = [("softmax", 1), ("mos", 2)]
+    assert train.main(group(*[member(h, s, tmp_path / f"whole-{h}", *schedule) for h, s in runs])) == 0
+    assert train.main(group(*[member(h, s, tmp_path / f"parts-{h}", *schedule, "run.max_steps=37")
+                              for h, s in runs])) == 0
+    assert {last(tmp_path / f"parts-{h}")["progress"]["step"] for h, _ in runs} == {37}
+    assert train.main(group(*[["--resume", str(tmp_path / f"parts-{h}"), "run.max_steps=100000"]
+                              for h, _ in runs])) == 0
+    for head, _ in runs:
+        assert_same_run(tmp_path / f"whole-{head}", tmp_path / f"parts-{head}", 0.0)
+        assert len(json.loads((tmp_path / f"parts-{head}" / "run.json").read_text())["groups"]) == 2
+
+
+def test_a_run_started_in_a_group_and_continued_alone_and_the_reverse_end_as_solo_runs(
+        tiny, float64, tmp_path):
+    schedule = [*tiny, "train.epochs=2", "train.asgd_switch_epoch=1"]
+    solo = {s: tmp_path / f"solo-{s}" for s in (1, 2)}
+    for seed, run_dir in solo.items():
+        assert train.main(member("softmax", seed, run_dir, *schedule)) == 0
+    # seed 1 starts in a group (with seed 3) and ends alone; seed 2 starts alone and ends in a group.
+    assert train.main(group(member("softmax", 1, tmp_path / "a", *schedule, "run.max_steps=30"),
+                            member("softmax", 3, tmp_path / "c", *schedule, "run.max_steps=30"))) == 0
+    assert train.main(["--resume", str(tmp_path / "a"), "run.max_steps=100000"]) == 0
+    assert train.main(member("softmax", 2, tmp_path / "b", *schedule, "run.max_steps=30")) == 0
+    assert train.main(group(["--resume", str(tmp_path / "b"), "run.max_steps=100000"],
+                            ["--resume", str(tmp_path / "c"), "run.max_steps=100000"])) == 0
+    assert_same_run(solo[1], tmp_path / "a", 1e-10)
+    assert_same_run(solo[2], tmp_path / "b", 1e-10)
+
+
+def test_a_member_that_diverges_leaves_and_the_others_go_on(tiny, tmp_path, capsys):
+    schedule = [*tiny, "train.epochs=1"]
+    assert train.main(group(member("softmax", 1, tmp_path / "fine", *schedule),
+                            member("softmax", 2, tmp_path / "wild", *schedule, "train.lr=1e30",
+                                   "train.clip=0"))) == 3
+    ended = json.loads((tmp_path / "wild" / "group_exit.json").read_text())
+    assert ended["exit_code"] == 3 and "non-finite" in ended["message"]
+    assert json.loads((tmp_path / "fine" / "group_exit.json").read_text())["exit_code"] == 0
+    assert last(tmp_path / "fine")["progress"]["finished"]
+    assert not (tmp_path / "wild" / "last.pt").exists()      # nothing of the bad step saved
+    assert f"{tmp_path / 'wild'}: stopped: non-finite" in capsys.readouterr().err
+
+
+def test_sigterm_stops_every_member_with_its_last_pt_and_the_group_resumes(tiny, tmp_path):
+    schedule = [*tiny, "train.epochs=3", "run.checkpoint_every_steps=1000000"]
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    command = [sys.executable, "train.py", *group(member("softmax", 1, dirs[0], *schedule),
+                                                  member("softmax", 2, dirs[1], *schedule), step="solo")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in process.stdout:                       # the first epoch's lines: training is under way
+        if "epoch    1 | step" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert all((d / "last.pt").is_file() for d in dirs)
+    assert "continue the group with python train.py --group" in err
+    resume = err.strip().splitlines()[-1].split("continue the group with ", 1)[1]
+    done = subprocess.run([sys.executable, *shlex.split(resume)[1:]], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert all(last(d)["progress"]["finished"] for d in dirs)
+
+
+# ---------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("case, expected", [
+    ("shapes", r"--group: model\.nhid is 24 for .* but 32 for .*; a group's runs share"),
+    ("same dir", r"--group: .* both train in .*; give each run its own run.dir"),
+    ("finished", r"--group: .* has already finished training"),
+    ("member", r"--group member 2 \('configs/ptb_mini/softmax.yaml --seed 3'\): --seed: a member takes"),
+])
+def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_run, tmp_path, capsys):
+    a = member("softmax", 1, tmp_path / "a", *tiny)
+    others = {"shapes": [member("softmax", 2, tmp_path / "b", *tiny, "model.nhid=32")],
+              "same dir": [member("mos", 2, tmp_path / "a", *tiny)],
+              "finished": [["--resume", str(tiny_run)]]}
+    if case == "member":
+        arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --seed 3"]
+    else:
+        arguments = group(a, *others[case])
+    before = sorted(tiny_run.iterdir())
+    assert train.main(arguments) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    import re
+    assert re.fullmatch(f"error: {expected}.*", err), err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert sorted(tiny_run.iterdir()) == before
+
+
+def test_a_group_is_refused_under_torchrun(monkeypatch, capsys, tiny, tmp_path):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert train.main(group(member("softmax", 1, tmp_path / "a", *tiny))) == 2
+    assert "not torchrun" in capsys.readouterr().err
