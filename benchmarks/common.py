@@ -28,28 +28,70 @@ def run_benchmark(main) -> None:
         sys.exit(2)
 
 
+def bench_trainer(config_path: str, corpus, device: torch.device, overrides=(), world=None,
+                  seed: int = 0) -> "train.Trainer":
+    """train.py's Trainer for a config in a temporary run directory, its model built from `seed`,
+    its steps at seq_len = bptt so that steps are comparable, its hidden states ready."""
+    config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
+    set_float32_precision(config.run.tf32)       # what train.py sets: timed as trained
+    torch.manual_seed(seed)
+    model = build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size)).to(device)
+    trainer = train.Trainer(config, model, corpus, Path(tempfile.mkdtemp()), device, world)
+    trainer.progress.hidden = [model.init_hidden(end - start) for start, end in trainer.chunks]
+    trainer.sampler.sample = lambda: config.train.bptt
+    return trainer
+
+
+def rewind(trainer) -> None:
+    """Wrap around to the stream's start instead of ending the epoch."""
+    if trainer.progress.position >= trainer.train_data.size(0) - 2 - trainer.config.train.bptt:
+        trainer.progress.position = 0
+
+
 class TrainerStep:
     """train.py's Trainer.train_step for a config, at seq_len = bptt so steps are comparable
     (in a torchrun world: this rank's share of the step)."""
 
     def __init__(self, config_path: str, corpus, device: torch.device, overrides=(), world=None,
                  keep_freed_memory: bool = True):
-        config = load_config(config_path, ["run.tensorboard=false", f"run.device={device}", *overrides])
-        set_float32_precision(config.run.tf32)       # what train.py sets: timed as trained
         if keep_freed_memory:                          # as train.py does
             keep_freed_host_memory()
-        torch.manual_seed(0)
-        self.model = build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size)).to(device)
-        self.trainer = train.Trainer(config, self.model, corpus, Path(tempfile.mkdtemp()), device, world)
-        self.trainer.progress.hidden = [self.model.init_hidden(end - start) for start, end in self.trainer.chunks]
-        self.trainer.sampler.sample = lambda: config.train.bptt
-        self.config = config
-        self.tokens = config.train.batch_size * config.train.bptt
+        self.trainer = bench_trainer(config_path, corpus, device, overrides, world)
+        self.model, self.config = self.trainer.model, self.trainer.config
+        self.tokens = self.config.train.batch_size * self.config.train.bptt
 
     def __call__(self) -> None:
-        if self.trainer.progress.position >= self.trainer.train_data.size(0) - 2 - self.config.train.bptt:
-            self.trainer.progress.position = 0          # wrap around instead of ending the epoch
+        rewind(self.trainer)
         self.trainer.train_step()
+
+
+class GroupStep:
+    """One step of a group (train.py --group): every member's step, the bodies computed together
+    (`kind` batched) or each member's own step side by side (solo), as experiment/group.py takes
+    it. `members`: (config, overrides) per run; each model built from its own seed."""
+
+    def __init__(self, members, corpus, device: torch.device, kind: str, threads: int | None = None):
+        from experiment.group import SideBySide, batched_steps
+        from model.random_stream import RandomStream
+        keep_freed_host_memory()
+        self.trainers = []
+        for seed, (config_path, overrides) in enumerate(members):
+            trainer = bench_trainer(config_path, corpus, device, overrides, seed=seed)
+            trainer.random_stream = RandomStream(device)
+            self.trainers.append(trainer)
+        self.step = batched_steps if kind == "batched" else SideBySide(threads or torch.get_num_threads())
+        self.tokens = sum(t.config.train.batch_size * t.config.train.bptt for t in self.trainers)
+
+    def __call__(self) -> None:
+        for trainer in self.trainers:
+            rewind(trainer)
+        for result in self.step(self.trainers):
+            if isinstance(result, Exception):
+                raise result
+
+    def close(self) -> None:
+        if hasattr(self.step, "close"):
+            self.step.close()
 
 
 def synchronize(device: torch.device) -> None:

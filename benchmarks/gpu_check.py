@@ -3,11 +3,13 @@
     python -m benchmarks.gpu_check                 # on the default device (CUDA when present)
     python -m benchmarks.gpu_check --device cpu    # the same checks on the CPU
     python -m benchmarks.gpu_check --fast          # tiny shapes and 2 steps (what CI runs)
+    python -m benchmarks.gpu_check --only group    # one section (scripts/gpu_group_check.sh)
 
 Prints, one section after another: torch, CUDA, cuDNN and the GPUs; the cuDNN LSTM against the
 CPU LSTM on the same weights (largest difference); each head's compiled kernels, working or fallen
 back to eager; PTB training steps of every head with s/step and the s/epoch they imply beside
-[SB]'s V100 seconds per epoch (Table 2); the peak memory of rank.py's decomposition (PTB and
+[SB]'s V100 seconds per epoch (Table 2); one batched group step (train.py --group) against the
+solo steps of its runs from the same weights and masks; the peak memory of rank.py's decomposition (PTB and
 WikiText-2 vocabularies) and of MoS with the neural cache under their memory bounds; with two
 GPUs or more, a 2-process NCCL run against one process. Without a GPU every check runs on the
 CPU and the report says that no GPU was found. Exit code 0 when every check passed, 1 otherwise.
@@ -52,6 +54,7 @@ ROWS_PER_UPDATE = 512            # rows of log-probabilities fed to the decompos
 CACHE_CHUNK = 5000                 # the neural cache's positions per forward (evaluate.py --cache)
 LSTM_TOLERANCE = 1e-4              # cuDNN against the CPU in IEEE float32: ~1e-6 expected
 DDP_TOLERANCE = 1e-6               # 2 processes against one (docs/gpus.md, Multiple GPUs)
+SECTIONS = ("lstm", "kernels", "training", "group", "memory", "distributed")   # in this order
 # The CI mode: shapes a CPU runs in seconds.
 FAST = ["model.emsize=16", "model.nhid=24", "model.nhidlast=16", "train.batch_size=4", "train.bptt=8",
         "train.eval_batch_size=2"]
@@ -194,6 +197,58 @@ def training_speed(report: Report, device: torch.device, steps: int, fast: bool)
                      f"{' (tiny shapes)' if fast else ''} | {beside}")
 
 
+# ---------------------------------------------------------------------- group runs
+
+GROUP_TOLERANCE = 1e-5           # relative, float32: a batched step against the solo steps
+
+
+def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
+    """One batched group step (train.py --group's on a GPU: model/group.py) against each member's
+    solo step, from the same weights and masks: Softmax, MoS and Mixtape of the miniature, of
+    three lengths (the group pads and stops each at its own), their losses and gradients."""
+    from model.group import grouped_forward
+    from model.random_stream import RandomStream
+    from train import regularized_loss
+    report.section("group runs: one batched step against the solo steps, same weights and masks")
+    heads, lengths, batch, vocab = ("softmax", "mos", "mixtape"), (70, 64, 53), 20, VOCABULARIES["PTB"]
+    if fast:
+        lengths, batch, vocab = (8, 6, 5), 4, 50
+    members = []
+    for seed, (name, length) in enumerate(zip(heads, lengths)):
+        config = load_config(f"configs/ptb_mini/{name}.yaml", FAST if fast else [])
+        torch.manual_seed(seed)
+        model = build_model(config, vocab).to(device).train()
+        ids = torch.randint(vocab, (length + 1, batch), generator=torch.Generator().manual_seed(seed)).to(device)
+        members.append((name, model, RandomStream(device), ids[:-1], ids[1:], config.train))
+    solo = []
+    for name, model, stream, inputs, targets, t in members:
+        start = stream.state()
+        with stream:
+            loss = regularized_loss(model(inputs, model.init_hidden(batch), targets), t.alpha, t.beta)[1]
+        loss.backward()
+        solo.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+        model.zero_grad(set_to_none=True)
+        stream.restore(start["torch"], start["cuda"])
+    masks = []
+    for name, model, stream, inputs, *_ in members:
+        with stream:
+            masks.append(model.body.draw_masks(*inputs.shape))
+    bodies = grouped_forward([m[1].body for m in members], [m[3] for m in members],
+                             [m[1].init_hidden(batch) for m in members], masks)
+    losses = []
+    for (name, model, stream, inputs, targets, t), body in zip(members, bodies):
+        with stream:
+            losses.append(regularized_loss(model.apply_head(body, targets), t.alpha, t.beta)[1])
+    torch.stack(losses).sum().backward()
+    for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads) in zip(members, losses, solo):
+        loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)
+        grad_difference = max(((p.grad - g).norm() / g.norm().clamp_min(1e-30)).item()
+                              for p, g in zip(model.parameters(), solo_grads))
+        report.check(f"group {name}", max(loss_difference, grad_difference) <= GROUP_TOLERANCE,
+                     f"{inputs.size(0)} steps of {len(members)} lengths: loss {loss_difference:.1e}, "
+                     f"gradients {grad_difference:.1e} relative to the solo step (bound {GROUP_TOLERANCE:.0e})")
+
+
 # ---------------------------------------------------------------------- memory
 
 def peak_bytes(fn, device: torch.device) -> int:
@@ -332,6 +387,8 @@ def parse_args(argv=None):
                         help="also the final SVD of WikiText-2's 33,278 x 33,278 R (on the CPU's LAPACK, as "
                              "rank.py runs it: past cuSOLVER gesvd's n = 26,711; minutes)")
     parser.add_argument("--skip-distributed", action="store_true", help="leave out the 2-process check")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
+                        help=f"only these sections ({', '.join(SECTIONS)}); the environment always")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps: expected an integer >= 1, got {args.steps}")
@@ -350,12 +407,14 @@ def main(argv=None) -> int:
     set_float32_precision(False)          # IEEE float32, as train.py, evaluate.py and rank.py
     report = Report()
     environment(report, device)
-    lstm_agreement(report, device, args.fast)
-    compiled_kernels(report, device)
-    training_speed(report, device, args.steps, args.fast)
-    memory_bounds(report, device, args.fast, args.full_svd)
-    if not args.skip_distributed:
-        distributed_agreement(report, device)
+    sections = {"lstm": lambda: lstm_agreement(report, device, args.fast),
+                "kernels": lambda: compiled_kernels(report, device),
+                "training": lambda: training_speed(report, device, args.steps, args.fast),
+                "group": lambda: group_agreement(report, device, args.fast),
+                "memory": lambda: memory_bounds(report, device, args.fast, args.full_svd),
+                "distributed": lambda: None if args.skip_distributed else distributed_agreement(report, device)}
+    for name in args.only or SECTIONS:
+        sections[name]()
     failed = [c.name for c in report.checks if not c.ok]
     print(f"\n{len(report.checks) - len(failed)} of {len(report.checks)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

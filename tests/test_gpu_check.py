@@ -29,6 +29,8 @@ def test_the_self_check_runs_on_the_cpu_and_says_no_gpu_was_found(tmp_path):
     for name in HEADS:
         assert f"[ok] {name} training: " in out
     assert "| [SB] V100 55 s/epoch" in out and "| [SB] V100 100 s/epoch" in out
+    for name in ("softmax", "mos", "mixtape"):
+        assert f"[ok] group {name}: " in out
     assert "[ok] rank.py tiny" in out and "[ok] MoS cache chunk tiny" in out
     assert "[ok] gloo 2 processes: largest parameter difference to 1 process" in out
     assert "checks passed" in out.strip().splitlines()[-1] and "failed" not in out.strip().splitlines()[-1]
@@ -38,3 +40,12 @@ def test_a_bad_device_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--device", "gpu"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: --device: expected")
+
+
+def test_one_section_alone(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--fast", "--device", "cpu", "--only",
+                           "group"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "AWD_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ok] group mos: " in proc.stdout and "LSTM" not in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "3 of 3 checks passed"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROW_SCRIPTS = sorted(Path("scripts").glob("*_*.sh"))
+ROW_SCRIPTS = sorted(p for p in Path("scripts").glob("*_*.sh") if p.stem.split("_")[0] in ("ptb", "wt2", "run"))
 
 
 def test_every_table_row_of_sb_has_a_script():
@@ -77,3 +77,29 @@ def test_setup_installs_the_torch_ci_tests_unless_told_and_says_what_it_installe
     assert proc.stdout.strip().splitlines()[-1] == (
         f"installed torch {torch.__version__}, built for CUDA {cuda}; "
         f"a CUDA GPU usable here: {torch.cuda.is_available()}")
+
+
+def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
+    """scripts/gpu_group_check.sh, prepared for a short GPU window, checked here with FAST=1 (tiny
+    shapes on the CPU): its files, each part's result, no checkpoint in the archive."""
+    import tarfile
+    out = tmp_path / "out"
+    env = dict(os.environ, FAST="1", OUT=str(out), PYTHON=sys.executable, OMP_NUM_THREADS="1",
+               EXTRA=f"data.data_dir={small_data} data.allow_modified_corpus=true")
+    proc = subprocess.run(["bash", "scripts/gpu_group_check.sh"], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["bench_group.txt", "env.txt", "gpu_check.txt", "plan_steps.txt", "runs.tar.gz",
+                     "train_group8.txt", "train_solo.txt"]
+    assert "3 of 3 checks passed" not in (out / "gpu_check.txt").read_text()      # group and lstm: 4
+    assert (out / "gpu_check.txt").read_text().strip().endswith("4 of 4 checks passed")
+    assert "| 2 | " in (out / "bench_group.txt").read_text()
+    assert "as one group:" in (out / "plan_steps.txt").read_text()
+    group_log = (out / "train_group8.txt").read_text()
+    assert "group of 8 runs" in group_log and group_log.count(": done: ") == 8
+    assert (out / "train_solo.txt").read_text().count("done: ") == 2
+    with tarfile.open(out / "runs.tar.gz") as archive:
+        names = archive.getnames()
+    assert sum(n.endswith("metrics.jsonl") for n in names) == 10
+    assert not any(n.endswith(".pt") for n in names)

@@ -1,0 +1,176 @@
+"""Tokens/s of a group run (train.py --group) against the solo run, on one device.
+
+    python benchmarks/bench_group.py                              # CUDA when present, else the CPU
+    python benchmarks/bench_group.py --device cpu --shapes mini --groups 1 2 --threads 2
+    python benchmarks/bench_group.py --cpu-pair                   # the CPU goal's row (below)
+    python benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml   # a plan's runs
+
+Rows: the miniature Softmax (configs/ptb_mini/softmax.yaml, d = 32) at G = 1, 2, 4, 8, 16, 32
+and PTB's full shapes (configs/ptb/softmax.yaml) at G = 1, 2, 4, 8 (--groups to choose). Each row
+is one step of G runs (seeds 0..G-1, train.py's own step: every dropout, AR/TAR, clipping, the
+SGD update, the checks; seq_len = bptt, so steps are comparable), its tokens/s (G x batch x bptt
+per step) and that against the solo run's on the same device (train.py's Trainer.train_step).
+The goals (issue 44): on an H100 or H200 in IEEE float32, the miniature at G = 16 at least 8x
+the solo run's tokens/s and PTB's shapes at G = 4 at least 2x.
+
+--cpu-pair: on a CPU with two cores, a group of 2 at 2 threads (the solo step side by side) against
+two solo runs at one thread each (counted as twice one solo run's tokens/s at one thread: what
+two processes give at best). The goal: at least 0.9x.
+
+--plan: for every run of a plan (its configs and overrides, seeds as planned), the solo step's
+time, and the step of all of them as one group: what training the plan in one group would cost
+against training its runs one after another.
+
+Every figure is the median of --steps steps after --warmup steps; --kind chooses the group's
+step (auto: batched on CUDA, solo elsewhere; experiment/group.py). Corpora are not needed: the
+steps read random words of PTB's vocabulary size.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import GroupStep, TrainerStep, median_step, run_benchmark  # noqa: E402
+from data.corpus import Corpus  # noqa: E402
+from experiment.config import ConfigError  # noqa: E402
+from experiment.group import step_kind  # noqa: E402
+from experiment.loading import select_device  # noqa: E402
+
+SHAPES = {"mini": ("configs/ptb_mini/softmax.yaml", (1, 2, 4, 8, 16, 32)),
+          "ptb": ("configs/ptb/softmax.yaml", (1, 2, 4, 8))}
+PTB_VOCABULARY = 10_000
+STEPS_OF_STREAM = 64          # the random training stream holds this many steps of the batch
+
+
+def random_corpus(tokens: int, seed: int = 0) -> Corpus:
+    generator = torch.Generator().manual_seed(seed)
+    splits = [torch.randint(PTB_VOCABULARY, (tokens,), generator=generator) for _ in range(3)]
+    return Corpus("ptb", [f"w{i}" for i in range(PTB_VOCABULARY)], *splits)
+
+
+def environment(device: torch.device) -> str:
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else "-"
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"CPU, {torch.get_num_threads()} threads")
+    return (f"device {device} ({where}) | torch {torch.__version__} | CUDA {torch.version.cuda or '-'} "
+            f"| cuDNN {cudnn} | IEEE float32")
+
+
+def tokens_per_second(step, args, device) -> float:
+    for _ in range(args.warmup):
+        step()
+    return step.tokens / median_step(step, args.steps, device)
+
+
+def shapes_table(args, device: torch.device, kind: str) -> None:
+    for shape in args.shapes:
+        config, default_groups = SHAPES[shape]
+        groups = args.groups or default_groups
+        corpus = random_corpus(STEPS_OF_STREAM * 20 * 70)
+        solo = tokens_per_second(TrainerStep(config, corpus, device, args.overrides), args, device)
+        print(f"\n{shape} ({config}), {kind} step: solo run {solo:,.0f} tokens/s")
+        print("| G | group tokens/s | x solo run | per run tokens/s |")
+        print("|---|---|---|---|")
+        for g in groups:
+            step = GroupStep([(config, args.overrides)] * g, corpus, device, kind)
+            rate = tokens_per_second(step, args, device)
+            step.close()
+            print(f"| {g} | {rate:,.0f} | {rate / solo:.2f}x | {rate / g:,.0f} |", flush=True)
+
+
+def cpu_pair(args) -> None:
+    """A group of 2 at 2 threads against two solo runs at one thread each."""
+    config = SHAPES["mini"][0]
+    device = torch.device("cpu")
+    corpus = random_corpus(STEPS_OF_STREAM * 20 * 70)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    one = tokens_per_second(TrainerStep(config, corpus, device, args.overrides), args, device)
+    torch.set_num_threads(2)
+    group = GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=2)
+    pair = tokens_per_second(group, args, device)
+    group.close()
+    torch.set_num_threads(threads)
+    print(f"\nCPU pair ({config}): one solo run at 1 thread {one:,.0f} tokens/s; two of them at best "
+          f"{2 * one:,.0f}; a group of 2 at 2 threads {pair:,.0f} tokens/s: {pair / (2 * one):.2f}x "
+          f"(goal: at least 0.90x)")
+
+
+def plan_table(args, device: torch.device, kind: str) -> None:
+    from launch.plans import load_plan
+    from launch.runs import plan_runs
+    plan = load_plan(args.plan)
+    runs = plan_runs(plan.experiments, plan.out, [], None, None)
+    members = [(str(run.config_path), [*(o for o in run.overrides if not o.startswith("run.dir")), *args.overrides])
+               for run in runs]
+    corpus = random_corpus(STEPS_OF_STREAM * 20 * 70)
+    print(f"\n{args.plan}: {len(members)} runs, the solo step of each, then one {kind} step of all")
+    print("| run | solo step ms |")
+    print("|---|---|")
+    total = 0.0
+    for run, (config, overrides) in zip(runs, members):
+        step = TrainerStep(config, corpus, device, overrides)
+        for _ in range(args.warmup):
+            step()
+        seconds = median_step(step, args.steps, device)
+        total += seconds
+        print(f"| {run.dir.name} | {seconds * 1000:.1f} |", flush=True)
+    step = GroupStep(members, corpus, device, kind)
+    for _ in range(args.warmup):
+        step()
+    together = median_step(step, args.steps, device)
+    step.close()
+    print(f"one after another: {total * 1000:.1f} ms for a step of every run; as one group: "
+          f"{together * 1000:.1f} ms ({total / together:.2f}x)")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of every run's config")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["mini", "ptb"])
+    parser.add_argument("--groups", nargs="+", type=int, metavar="G", help="group sizes (default: each shape's)")
+    parser.add_argument("--kind", choices=("auto", "batched", "solo"), default="auto")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per row (default 10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row")
+    parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
+    args = parser.parse_args(argv)
+    for name in ("steps", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name}: expected an integer >= 1, got {value}")
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup: expected an integer >= 0, got {args.warmup}")
+    if args.groups and min(args.groups) < 1:
+        raise ConfigError(f"--groups: expected integers >= 1, got {args.groups}")
+    if args.plan and not Path(args.plan).is_file():
+        raise ConfigError(f"--plan {args.plan}: plan file not found")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cpu_pair:
+        print(environment(torch.device("cpu")))
+        cpu_pair(args)
+        return
+    device = select_device(args.device, "--device")
+    kind = step_kind(args.kind, device)
+    print(environment(device))
+    if args.plan:
+        plan_table(args, device, kind)
+    else:
+        shapes_table(args, device, kind)
+
+
+if __name__ == "__main__":
+    run_benchmark(main)

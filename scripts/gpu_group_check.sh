@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 44's GPU job (docs/gpus.md, "Group runs"): everything a short GPU window should measure of
+# group runs (train.py --group), in about 5 minutes on an H100 or H200, its output in at most 8
+# files under $OUT (default results/gpu_group_<date>; the device tool sets OUT itself):
+#   env.txt            nvidia-smi, torch / CUDA / cuDNN versions
+#   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
+#                      against the solo steps from the same weights and masks (1e-5 relative)
+#   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB)
+#   plan_steps.txt     bench_group.py --plan sweeps/cpu_converged_heads.yaml: each run's solo step
+#                      against one step of the whole plan as a group
+#   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
+#   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
+#   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
+# Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
+#   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
+# FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value
+# overrides for every run (FAST's test passes its small corpus here).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-results/gpu_group_$(date -u +%F)}"
+PYTHON="${PYTHON:-python}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+runs="$(mktemp -d)"
+if [ "${FAST:-0}" = 1 ]; then
+  device=(--device cpu); tiny=(model.emsize=16 model.nhid=24 model.nhidlast=16 train.batch_size=4 train.bptt=8
+                                train.eval_batch_size=2 run.device=cpu)
+  groups=(--groups 1 2); shapes=(--shapes mini); steps=(--steps 1 --warmup 0); epochs=1; check=(--fast)
+else
+  device=(); tiny=(); groups=(); shapes=(); steps=(); epochs=2; check=()
+fi
+extra=(${EXTRA:-})
+{ nvidia-smi 2>&1 || echo "nvidia-smi: not found"
+  "$PYTHON" -c "import torch; print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| cuDNN', torch.backends.cudnn.version(), '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
+} > "$OUT/env.txt"
+status=0
+timeout 120 "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
+timeout 150 "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
+  "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
+timeout 90 "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
+  "${tiny[@]}" > "$OUT/plan_steps.txt" 2>&1 || status=1
+member() { echo "configs/ptb_mini/softmax.yaml train.seed=$1 train.epochs=$epochs run.dir=$runs/$2-seed$1 run.tensorboard=false run.log_interval=100 ${tiny[*]} ${extra[*]}"; }
+members=(); for seed in 1 2 3 4 5 6 7 8; do members+=("$(member $seed group)"); done
+timeout 240 "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_group8.txt" 2>&1 || status=1
+for seed in 1 2; do
+  timeout 120 "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
+done
+tar -czf "$OUT/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' . || status=1
+rm -rf "$runs"
+echo "gpu_group_check: wrote $OUT (status $status)"
+exit $status
