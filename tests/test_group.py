@@ -108,6 +108,24 @@ def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths):
         torch.testing.assert_close(reference[1][member], reference[0][member, n - 1])
 
 
+def test_the_compiled_cell_a_gpu_runs_is_the_eager_one(float64):
+    """On a GPU the kernel's pointwise steps go through torch.compile; compiled here on the CPU
+    (forward and backward, with members of three lengths) they give the eager results."""
+    from model.kernels.compiled import FusedKernel
+    from model.kernels.grouped_lstm import GroupedLSTMRecurrence
+    torch.manual_seed(1)
+    inputs = [torch.randn(3, 6, 2, 16), torch.randn(3, 2, 4), torch.randn(3, 2, 4), torch.randn(3, 16, 4)]
+    inputs = [x.requires_grad_() for x in inputs]
+    alive = alive_steps([6, 3, 5], "cpu")
+    results = []
+    for compiled in (False, True):
+        out = GroupedLSTMRecurrence.apply(*inputs, alive, compiled)
+        results.append([*out, *torch.autograd.grad(sum(x.pow(2).sum() for x in out), inputs)])
+    assert not FusedKernel._compile_failed
+    for eager, fused in zip(*results):
+        torch.testing.assert_close(eager, fused, rtol=1e-12, atol=1e-12)
+
+
 def test_grouped_bodies_compute_each_bodys_own_forward(float64):
     """Different lengths, dropout rates (none at all in one), embedding noise in one, each with
     the masks its own stream draws: each member's output, state and raw output are its solo
