@@ -15,7 +15,9 @@ own directory.
         --sbatch=--gres=gpu:1 --submit
 
 Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. Re-issuing the
-same command continues interrupted runs and skips finished ones (see launch/runs.py). A plan
+same command continues interrupted runs and skips finished ones (see launch/runs.py). SIGTERM,
+SIGINT or SIGHUP to sweep.py reaches every command it started (launch/stopping.py): each
+train.py saves last.pt, and sweep.py exits with 128 + the signal once they have ended. A plan
 (launch/plans.py, the files in sweeps/) names its configs, seeds, grids, what runs after training
 and its report commands; every option below applies to it too, except those a plan gives itself.
 An experiment of a plan with `finetune_best` has a second stage: once all its runs are trained
@@ -38,6 +40,7 @@ from launch.modes import slurm_script, summary, sweep_gpus, sweep_jobs, sweep_lo
 from launch.plans import Plan, is_plan, load_plan
 from launch.runs import (Experiment, describe, finetune_runs, parse_grid, pending_commands, plan_runs,
                          rank_analysis)
+from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
 def parse_args(argv=None):
@@ -249,15 +252,20 @@ def main(argv=None) -> int:
         if args.dry_run:
             print_plan([] if args.finetune_only else runs, *(finetune_runs(runs) if second_stage else ((), ())))
             return 0
-        outcomes = {} if args.finetune_only else run_all(args, runs)
-        if second_stage:
-            finetunes, waiting = finetune_runs(runs)
-            outcomes.update(run_all(args, finetunes))
-            for line in waiting:
-                print(f"not run: {line}")
+        with PassingOnStopSignals():
+            outcomes = {} if args.finetune_only else run_all(args, runs)
+            if second_stage:
+                finetunes, waiting = finetune_runs(runs)
+                outcomes.update(run_all(args, finetunes))
+                for line in waiting:
+                    print(f"not run: {line}")
     except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except SweepStopped as e:
+        print(f"stopped by {e}: the commands under way have ended (a training saves its last.pt); "
+              f"run the same command again to continue", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("interrupted; re-issue the same command to continue", file=sys.stderr)
         return 130

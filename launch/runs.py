@@ -37,7 +37,7 @@ from experiment.config import Config, ConfigError, config_from_dict, load_config
 from experiment.progress import TrainingProgress
 from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, RunDirectoryError, RunLock, finetune_config,
                                      run_name)
-from . import LaunchError
+from . import LaunchError, stopping
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = {name: REPO / f"{name}.py" for name in ("train", "evaluate", "rank")}
@@ -356,17 +356,14 @@ def run_command(command: list[str], env: dict | None = None, log: IO | None = No
                 account: Path | None = None) -> int:
     """Run one command to its end; its exit code. With `account`, append to that file the
     command's script, its CPU seconds (user and system, from wait4: the process and the
-    children it waited for) and its wall seconds, even when Ctrl-C stopped it."""
+    children it waited for) and its wall seconds, also when a signal stopped it. The sweep's
+    stop signals are passed on to the command, which then ends the sweep (SweepStopped,
+    launch/stopping.py)."""
     started = time.time()
-    with subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
-        try:
-            code, usage = _wait(proc)
-        except KeyboardInterrupt:
-            # Ctrl-C reached the child too: let train.py save last.pt before the sweep stops.
-            code, usage = _wait(proc)
-            record_cpu_time(account, command, usage, started)
-            raise
+    with stopping.start(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
+        code, usage = _wait(proc)
     record_cpu_time(account, command, usage, started)
+    stopping.ended(proc)
     return code
 
 

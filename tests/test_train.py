@@ -384,6 +384,26 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(ptb_slice, tmp_p
     assert [r["val_loss"] for r in metrics(run_dir)][-1] == [r["val_loss"] for r in metrics(uninterrupted)][-1]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sighup_stops_as_sigterm_does_and_a_repeat_is_the_same_request(signum, ptb_slice, tmp_path):
+    """SIGHUP (a closed terminal) saves last.pt and stops train.py as SIGTERM does; either one
+    twice is one request, not a kill (a scheduler's time limit reaches every process of a job,
+    and sweep.py or torchrun above passes it on too)."""
+    run_dir = tmp_path / "stopped"
+    proc = start(run_dir, ptb_slice, "run.log_interval=1")
+    while not proc.stdout.readline().startswith("epoch   1 |"):      # its first step is done
+        assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signum)
+    time.sleep(0.2)                  # the first one handled (two at once would count as one)
+    proc.send_signal(signum)
+    err = proc.communicate(timeout=120)[1]
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    step = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"]
+    assert err.strip() == (f"stopped: {name} after step {step}; saved {run_dir / 'last.pt'}; continue "
+                           f"with python train.py --resume {run_dir}")
+
+
 def test_sigterm_saves_a_checkpoint_that_resumes_exactly(ptb_slice, tmp_path, uninterrupted):
     run_dir = tmp_path / "terminated"
     proc = start(run_dir, ptb_slice, "run.checkpoint_every_steps=40")
