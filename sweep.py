@@ -64,7 +64,8 @@ def parse_args(argv=None):
                         help='options for rank.py, e.g. --rank-args="--contexts 33320"')
     parser.add_argument("--mode", choices=("local", "gpus", "slurm"), default="local",
                         help="local: one run after another; gpus: runs on the local GPUs in parallel "
-                             "(--runs-per-gpu at a time on each); "
+                             "(--runs-per-gpu at a time on each; where torch sees no GPU it refuses, "
+                             "unless the override run.device=cpu says to train on the CPU); "
                              "slurm: write (and with --submit submit) an sbatch job array")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="local mode: N runs at a time, each with an equal share of the CPU cores "

@@ -221,6 +221,20 @@ def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     assert err.startswith("error: ") and "\n" not in err and message in err, err
 
 
+@pytest.mark.parametrize("extra", [[], ["--out", "elsewhere"], ["--dry-run"]])
+def test_a_misspelled_top_level_key_is_named_with_the_valid_ones_before_anything_else(extra, tmp_path,
+                                                                                      capsys):
+    """Not "--out: give the folder" (taken for a config), nor "unknown section 'title'": every
+    top-level key of a plan is checked, and the misspelled one named first."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"title: t\nout: {tmp_path / 'o'}\nexperimnts:\n  - config: configs/ptb/softmax.yaml\n",
+                    encoding="utf-8")
+    assert sweep.main([str(plan), *[str(tmp_path / e) if e == "elsewhere" else e for e in extra]]) == 2
+    assert capsys.readouterr().err == (f"error: {plan}: unknown key 'experimnts' (valid: experiments, "
+                                       f"out, overrides, rank, report, robustness, seeds, title)\n")
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "o").exists()
+
+
 def test_plan_options_and_config_options_do_not_mix(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["sweeps/sb_table5_ptb.yaml", "--grid", "train.lr=1,2"])

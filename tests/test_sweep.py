@@ -298,6 +298,27 @@ def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypat
     assert all((out / f"ptb-softmax-seed{s}" / "sweep.log").read_text() == "output\n" for s in (1, 2, 3, 4))
 
 
+def test_gpus_mode_where_torch_sees_no_gpu_refuses_unless_told_to_use_the_cpu(overrides, tmp_path,
+                                                                             monkeypatch, capsys):
+    """Not the 24M-parameter model trained on the CPU with a warning in RUN/sweep.log: one line,
+    exit 2, nothing started or created; run.device=cpu says to use the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", lambda command, *rest, **options: commands.append(command) or 0)
+    out = tmp_path / "gpus"
+    on_any_device = [o for o in overrides if not o.startswith("run.device=")]
+    for device in ([], ["run.device=auto"], ["run.device=cuda"]):
+        assert sweep.main([CONFIG, *on_any_device, *device, "--seeds", "1", "--out", str(out),
+                           "--mode", "gpus", "--gpus", "0"]) == 2
+        assert capsys.readouterr().err == (
+            "error: --mode gpus: torch sees no GPU on this machine; give run.device=cpu to train on its "
+            "CPU anyway, or use --mode local (--jobs N: N runs at a time)\n")
+    assert commands == [] and not out.exists()
+    assert sweep.main([CONFIG, *on_any_device, "run.device=cpu", "--seeds", "1", "--out", str(out),
+                       "--mode", "gpus", "--gpus", "0"]) == 0
+    assert [Path(c[1]).name for c in commands] == ["train.py"]   # no checkpoint: not evaluated
+
+
 def test_gpus_mode_keeps_runs_per_gpu_runs_on_each_gpu(overrides, tmp_path, monkeypatch, capsys):
     busy: dict[str, int] = {}
     peak: dict[str, int] = {}
