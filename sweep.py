@@ -36,6 +36,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiment.cli import ArgumentParser
 from experiment.config import ConfigError
 from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
@@ -47,7 +48,8 @@ from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
+        prog="sweep.py",
         description="Train (, evaluate, rank) one config over seeds and an override grid, or a plan.",
         epilog="key=value overrides after the config or plan are passed to every run. Options for "
                "sbatch that start with '-' are given with '=', e.g. --sbatch=--gres=gpu:1.")

@@ -32,16 +32,18 @@ from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError
+from .cli import ArgumentParser
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import RunDirectoryError, RunLock, finetune_config, run_name
+from .run_directory import RunDirectoryError, RunLock, default_run_name, finetune_config
 
 
 def parse_args(argv=None):
     """train.py's command line."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
+        prog="train.py",
         description="Train an AWD-LSTM language model with a pluggable output head.",
         epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
                "run.max_steps=100 run.device=cpu. See docs/configs.md for every key.")
@@ -103,7 +105,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     if config.run.dir:
         run_dir = Path(config.run.dir)
     else:
-        run_dir = Path("runs") / run_name(config.data.dataset, Path(args.config), (), config.train.seed)
+        run_dir = Path("runs") / default_run_name(config.data.dataset, Path(args.config), config.train.seed)
         config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
     return config, run_dir, None
 
