@@ -32,7 +32,7 @@ from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError
-from .cli import ArgumentParser
+from .cli import ArgumentParser, leave_a_closed_terminal
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
@@ -348,6 +348,8 @@ class StopSignals:
             self.received = self.received or signum
             if signum == signal.SIGINT and not self.world.distributed:
                 signal.signal(signum, signal.SIG_DFL)
+            if signum == signal.SIGHUP:
+                leave_a_closed_terminal()
         self.previous_handlers = {signum: signal.signal(signum, handler)
                                   for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self

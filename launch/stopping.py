@@ -8,7 +8,8 @@ its processes). After the first signal no command starts; once the running ones 
 sweep raises `SweepStopped`, sweep.py exits with 128 + the signal, and the same command
 continues the runs. (A Slurm time limit signals every process of the job itself, the commands
 too: train.py takes a repeated SIGTERM or SIGHUP for the same request, see StopSignals in
-experiment/training_run.py.)
+experiment/training_run.py.) On SIGHUP, output that a closed terminal no longer takes goes to
+/dev/null (experiment/cli.py), so that sweep.py still ends with 128 + 1.
 
     with PassingOnStopSignals():       # sweep.py, around everything that starts commands
         proc = start(command, ...)      # launch/runs.py's run_command
@@ -22,6 +23,8 @@ import queue
 import signal
 import subprocess
 import threading
+
+from experiment.cli import leave_a_closed_terminal
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -68,6 +71,8 @@ class Commands:
         """The signal handler."""
         if self.first is None:
             self.first = signum
+        if signum == signal.SIGHUP:
+            leave_a_closed_terminal()
         self._incoming.put(signum)
 
     def pass_on(self) -> None:
