@@ -14,7 +14,6 @@ evaluation/dynamic.py); the checkpoint is never written.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys

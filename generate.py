@@ -11,7 +11,6 @@ options give the same text (on one device). Nothing is written into the run dire
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

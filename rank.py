@@ -22,7 +22,6 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys

@@ -19,9 +19,9 @@ same command continues interrupted runs and skips finished ones (see launch/runs
 how many it skipped: a CPU plan's folder holds its committed results, and --out trains the plan
 again elsewhere (as in the examples above). SIGTERM, SIGINT or SIGHUP to sweep.py reaches every
 command it started (launch/stopping.py): each train.py saves last.pt, and sweep.py exits with
-128 + the signal once they have ended. A plan
-(launch/plans.py, the files in sweeps/) names its configs, seeds, grids, what runs after training
-and its report commands; every option below applies to it too, except those a plan gives itself.
+128 + the signal once they have ended. A plan (launch/plans.py, the files in sweeps/) names its
+configs, seeds, grids, what runs after training and its report commands; every option below
+applies to it too, except those a plan gives itself.
 An experiment of a plan with `finetune_best` has a second stage: once all its runs are trained
 and evaluated, the sweep finetunes the one with the best validation perplexity and evaluates
 it (local, --jobs and gpus modes; a Slurm array trains the first stage, and `python sweep.py
@@ -29,7 +29,6 @@ PLAN --finetune-only` afterwards runs the second).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import subprocess

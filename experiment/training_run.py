@@ -15,7 +15,6 @@ says when training ends without an error (`finish_message`).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math

@@ -2,9 +2,10 @@
 
 A run is one config with overrides and a seed, in its own directory named by `run_name`
 (experiment/run_directory.py: the only naming rule; sweep.py and the row scripts use it, and
-train.py's default run.dir, which marks a miniature config's runs). Every run is `train.py CONFIG overrides... train.seed=S run.dir=DIR`,
-then `evaluate.py DIR` (and `rank.py DIR` when asked). What is left to do is read from DIR
-itself, so re-issuing the same sweep after a crash continues where it stopped:
+train.py's default run.dir, which marks a miniature config's runs). Every run is `train.py
+CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR` (and `rank.py DIR` when
+asked). What is left to do is read from DIR itself, so re-issuing the same sweep after a crash
+continues where it stopped:
 
     no last.pt                      -> train from scratch, evaluate (, rank)
     last.pt, run not finished       -> train.py --resume DIR, evaluate (, rank)
@@ -536,5 +537,3 @@ def remove_if_unused(run_dir: Path, made: list[Path]) -> None:
             folder.rmdir()
         except OSError:                          # not empty: another run's, or not ours
             break
-
-
