@@ -51,10 +51,27 @@ def processes_naming(folder: Path) -> list[str]:
     return found
 
 
-def start_sweep(arguments: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "sweep.py", *arguments], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+@pytest.fixture
+def start_sweep():
+    """Starts sweep.py in a subprocess; one that a failed test leaves running is stopped (with
+    SIGTERM, which it passes on) when the test ends."""
+    started = []
+
+    def start(arguments: list[str]) -> subprocess.Popen:
+        started.append(subprocess.Popen([sys.executable, "sweep.py", *arguments], cwd=REPO, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "OMP_NUM_THREADS": "1"}))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
 
 
 def read_until_training(proc: subprocess.Popen) -> str:
@@ -161,7 +178,7 @@ def test_each_stop_signal_is_passed_on_once_and_no_command_starts_after_it(signu
 
 # ---------------------------------------------------------------------- each mode, for real
 
-def test_one_after_another(overrides, tmp_path):
+def test_one_after_another(overrides, tmp_path, start_sweep):
     arguments = [CONFIG, *overrides, "--seeds", "1", "--out", str(tmp_path)]
     run = tmp_path / "ptb-softmax-seed1"
     proc = start_sweep(arguments)
@@ -169,7 +186,7 @@ def test_one_after_another(overrides, tmp_path):
     rerun(arguments, tmp_path, [run], runs=1)
 
 
-def test_jobs(overrides, tmp_path):
+def test_jobs(overrides, tmp_path, start_sweep):
     arguments = [CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path), "--jobs", "2"]
     proc = start_sweep(arguments)
     wait_until_training([run / "sweep.log" for run in two_runs(tmp_path)], proc)
@@ -177,7 +194,7 @@ def test_jobs(overrides, tmp_path):
     rerun(arguments, tmp_path, two_runs(tmp_path), runs=2)
 
 
-def test_gpus_mode_on_the_cpu(overrides, tmp_path):
+def test_gpus_mode_on_the_cpu(overrides, tmp_path, start_sweep):
     """--mode gpus with two GPU ids and run.device=cpu: two runs at once, as on two GPUs."""
     arguments = [CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path), "--mode", "gpus",
                  "--gpus", "0,1"]
@@ -187,7 +204,7 @@ def test_gpus_mode_on_the_cpu(overrides, tmp_path):
     rerun(arguments, tmp_path, two_runs(tmp_path), runs=2)
 
 
-def test_a_slurm_array_task(overrides, tmp_path):
+def test_a_slurm_array_task(overrides, tmp_path, start_sweep):
     """--task 1, what array task 1 runs: only the second planned run."""
     arguments = [CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path), "--task", "1"]
     first, second = two_runs(tmp_path)
@@ -197,7 +214,7 @@ def test_a_slurm_array_task(overrides, tmp_path):
     assert not first.exists()
 
 
-def test_torchrun(overrides, tmp_path):
+def test_torchrun(overrides, tmp_path, start_sweep):
     """--nproc 2: the signal reaches torchrun, which passes it on to both processes (SIGHUP too:
     train.py stops on it as on SIGTERM)."""
     arguments = [CONFIG, *overrides, "--seeds", "1", "--out", str(tmp_path), "--nproc", "2"]
