@@ -14,7 +14,6 @@ evaluation/dynamic.py); the checkpoint is never written.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -24,19 +23,24 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import run_script
+from experiment.cli import ArgumentParser, run_script
 from evaluation import cache, dynamic
 from experiment.config import ConfigError
 from evaluation.loop import evaluate_nll, perplexity
 from experiment.loading import describe_weights, load_trained, select_device
-from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
+from experiment.run_directory import RunDirectoryError, analysis_lock, write_text_atomic
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Validation and test perplexity of a trained model.")
+    parser = ArgumentParser(prog="evaluate.py",
+                            description="Validation and test perplexity of a trained model.")
     parser.add_argument("path", help="run directory (uses its best.pt) or checkpoint file")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's "
+                                           "data.data_dir, else $AWD_DATA_DIR)")
+    parser.add_argument("--allow-modified-corpus", action="store_true",
+                        help="read split files that are not the published ones (a run trained with "
+                             "data.allow_modified_corpus=true reads them without it)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, mps, cuda, cuda:N")
     parser.add_argument("--valid-batch-size", type=int, help="default: the run's train.eval_batch_size")
     parser.add_argument("--test-batch-size", type=int, help="default: the run's train.test_batch_size (1)")
@@ -106,8 +110,9 @@ def main(argv=None) -> int:
             if value is not None and value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {value}")
         device = select_device(args.device, option="--device")
-        with RunLock(existing_checkpoint(args.path).parent):   # it writes eval_*.json there
-            run = load_trained(args.path, device, args.data_dir)
+        with analysis_lock(existing_checkpoint(args.path), "evaluate.py"):   # it writes its results there
+            run = load_trained(args.path, device, args.data_dir,
+                               allow_modified_corpus=args.allow_modified_corpus)
             return evaluate_with_method(run, args) if args.method else evaluate(run, args)
     except (ConfigError, CheckpointError, DataError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -11,7 +11,6 @@ options give the same text (on one device). Nothing is written into the run dire
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,13 +18,13 @@ import torch
 
 from data import DataError
 from experiment.checkpoint import CheckpointError
-from experiment.cli import run_script
+from experiment.cli import ArgumentParser, run_script
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Sample text from a trained model.")
+    parser = ArgumentParser(prog="generate.py", description="Sample text from a trained model.")
     parser.add_argument("path", help="run directory (uses its best.pt) or checkpoint file")
     parser.add_argument("--words", type=int, default=1000, help="number of words to sample (1000)")
     parser.add_argument("--temperature", type=float, default=1.0,
@@ -34,6 +33,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", help="also write the text to this file")
     parser.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto (cpu)")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's own)")
+    parser.add_argument("--allow-modified-corpus", action="store_true",
+                        help="read split files that are not the published ones (a run trained with "
+                             "data.allow_modified_corpus=true reads them without it)")
     return parser.parse_args(argv)
 
 
@@ -62,7 +64,7 @@ def main(argv=None) -> int:
         if not (0 < args.temperature < float("inf")):
             raise ConfigError(f"--temperature: expected a number > 0, got {args.temperature}")
         device = select_device(args.device, option="--device")
-        run = load_trained(args.path, device, args.data_dir)
+        run = load_trained(args.path, device, args.data_dir, allow_modified_corpus=args.allow_modified_corpus)
         # The sampler's stream lives on the CPU, so a seed gives the same words on any device
         # whose model computes the same distributions.
         generator = torch.Generator().manual_seed(args.seed)

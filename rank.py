@@ -22,7 +22,6 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -35,11 +34,11 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import run_script
+from experiment.cli import ArgumentParser, run_script
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
-from experiment.run_directory import RunDirectoryError, RunLock, write_atomic, write_text_atomic
+from experiment.run_directory import RunDirectoryError, analysis_lock, write_atomic, write_text_atomic
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
@@ -50,14 +49,16 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ROBUSTNESS_CONTEXTS = 10_000           # [SB] SM 5.1: "the top 10,000 contexts"
 
 
-COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir", "max_memory")
+COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir", "allow_modified_corpus",
+                   "max_memory")
 # Share of a GPU's free memory (after the model is loaded) the decomposition may use by default:
 # the rest is for the model's forward passes and the allocator's fragmentation.
 FREE_MEMORY_SHARE = 0.8
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Ranks of the log-probability matrix of a trained model.")
+    parser = ArgumentParser(prog="rank.py",
+                            description="Ranks of the log-probability matrix of a trained model.")
     parser.add_argument("paths", nargs="+", help="run directory (uses best.pt) or checkpoint; several with --plot")
     parser.add_argument("--split", choices=("test", "valid"), help="default: test")
     parser.add_argument("--contexts", type=int, help="use only the first N contexts (default: all)")
@@ -66,7 +67,11 @@ def parse_args(argv=None):
                              "(default float32, as [SB]; float64 with --robustness)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--device", help="auto (CUDA when present; the default), cpu, mps, cuda, cuda:N")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's "
+                                           "data.data_dir, else $AWD_DATA_DIR)")
+    parser.add_argument("--allow-modified-corpus", action="store_true",
+                        help="read split files that are not the published ones (a run trained with "
+                             "data.allow_modified_corpus=true reads them without it)")
     parser.add_argument("--max-memory", type=float, metavar="GIB",
                         help="GPU memory the decomposition may use, in GiB (default: 80%% of the "
                              "free memory); what does not fit runs on the CPU")
@@ -136,9 +141,9 @@ def log_p_rows(model, source: torch.Tensor, bptt: int, limit: int):
 
 
 def open_split(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
-               data_dir: str | None):
+               data_dir: str | None, allow_modified_corpus: bool = False):
     """(the trained run, its model in `dtype`, the split at batch size 1, the number of contexts)."""
-    run = load_trained(path, device, data_dir)
+    run = load_trained(path, device, data_dir, allow_modified_corpus=allow_modified_corpus)
     model = run.model.to(DTYPES[dtype])
     ids = run.corpus.test if split == "test" else run.corpus.valid
     run.corpus.check_batchable(split, 1, "batch size")
@@ -188,8 +193,10 @@ def cpu_svd_note(name: str, stream: StreamingSingularValues) -> str | None:
 
 
 def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
-                  data_dir: str | None, max_memory_gib: float | None = None) -> dict:
-    run, model, source, limit = open_split(path, split, contexts, dtype, device, data_dir)
+                  data_dir: str | None, max_memory_gib: float | None = None,
+                  allow_modified_corpus: bool = False) -> dict:
+    run, model, source, limit = open_split(path, split, contexts, dtype, device, data_dir,
+                                           allow_modified_corpus)
     vocab = run.corpus.vocab_size
     streams = None
     with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
@@ -219,10 +226,11 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
 
 
 def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
-                       data_dir: str | None, keep: int, iterations: int, scales, seed: int) -> dict:
+                       data_dir: str | None, keep: int, iterations: int, scales, seed: int,
+                       allow_modified_corpus: bool = False) -> dict:
     """[SB] SM section 5 on the dense log-P matrix of the first `contexts` contexts."""
     run, model, source, limit = open_split(path, split, contexts or ROBUSTNESS_CONTEXTS, dtype,
-                                           device, data_dir)
+                                           device, data_dir, allow_modified_corpus)
     rows = []
     with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
         for log_probs, _ in log_p_rows(model, source, run.config.train.bptt, limit):
@@ -285,14 +293,14 @@ def main(argv=None) -> int:
             print(f"wrote {plot(args.paths, args.out, args.transformed)}")
             return 0
         device = select_device(args.device, option="--device")
-        with RunLock(existing_checkpoint(args.paths[0]).parent):   # it writes its results there
+        with analysis_lock(existing_checkpoint(args.paths[0]), "rank.py"):    # its results go there
             if args.robustness:
                 result = compute_robustness(args.paths[0], args.split, args.contexts, args.dtype,
                                             device, args.data_dir, args.keep, args.iterations,
-                                            args.noise_scales, args.seed)
+                                            args.noise_scales, args.seed, args.allow_modified_corpus)
             else:
                 result = compute_ranks(args.paths[0], args.split, args.contexts, args.dtype, device,
-                                       args.data_dir, args.max_memory)
+                                       args.data_dir, args.max_memory, args.allow_modified_corpus)
     except (ConfigError, CheckpointError, DataError, AnalysisError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

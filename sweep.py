@@ -9,15 +9,19 @@ own directory.
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
     python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 at a time a GPU (PTB on an H200: no gain, docs/gpus.md)
-    python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2       # 2 runs at a time on the CPU cores
-    python sweep.py sweeps/cpu_converged_d_sweep.yaml --task 3 --nproc 2   # one run, DDP on 2 cores
+    python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2 --out runs/cpu_ptb   # 2 runs at a time on the CPU cores
+    python sweep.py sweeps/cpu_converged_d_sweep.yaml --task 3 --nproc 2 --out runs/x   # one run, DDP on 2 cores
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode slurm \
         --sbatch=--gres=gpu:1 --submit
 
 Each run directory is <out>/<dataset>-<config name>[-key=value...]-seed<seed>. Re-issuing the
-same command continues interrupted runs and skips finished ones (see launch/runs.py). A plan
-(launch/plans.py, the files in sweeps/) names its configs, seeds, grids, what runs after training
-and its report commands; every option below applies to it too, except those a plan gives itself.
+same command continues interrupted runs and skips finished ones (see launch/runs.py), and says
+how many it skipped: a CPU plan's folder holds its committed results, and --out trains the plan
+again elsewhere (as in the examples above). SIGTERM, SIGINT or SIGHUP to sweep.py reaches every
+command it started (launch/stopping.py): each train.py saves last.pt, and sweep.py exits with
+128 + the signal once they have ended. A plan (launch/plans.py, the files in sweeps/) names its
+configs, seeds, grids, what runs after training and its report commands; every option below
+applies to it too, except those a plan gives itself.
 An experiment of a plan with `finetune_best` has a second stage: once all its runs are trained
 and evaluated, the sweep finetunes the one with the best validation perplexity and evaluates
 it (local, --jobs and gpus modes; a Slurm array trains the first stage, and `python sweep.py
@@ -25,30 +29,36 @@ PLAN --finetune-only` afterwards runs the second).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from experiment.cli import ArgumentParser
 from experiment.config import ConfigError
+from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
 from launch.modes import slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local, visible_gpus
 from launch.plans import Plan, is_plan, load_plan
 from launch.runs import (Experiment, describe, finetune_runs, parse_grid, pending_commands, plan_runs,
                          rank_analysis)
+from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
+        prog="sweep.py",
         description="Train (, evaluate, rank) one config over seeds and an override grid, or a plan.",
         epilog="key=value overrides after the config or plan are passed to every run. Options for "
                "sbatch that start with '-' are given with '=', e.g. --sbatch=--gres=gpu:1.")
     parser.add_argument("config", help="config file (configs/ptb/softmax.yaml) or plan file (sweeps/*.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides shared by all runs")
-    parser.add_argument("--out", help="folder that receives one run directory per run "
-                                      "(required with a config; a plan names its own)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="folder that receives one run directory per run (required with a "
+                             "config; a plan names its own, which --out replaces: the way to train "
+                             "a plan again whose runs are finished in its folder, as a fresh "
+                             "clone's CPU plans are)")
     parser.add_argument("--seeds", nargs="+", help="train.seed values (default: the config's, or the plan's)")
     parser.add_argument("--limit", type=int, metavar="N",
                         help="only the first N runs of each experiment (a smoke test of a plan)")
@@ -61,7 +71,8 @@ def parse_args(argv=None):
                         help='options for rank.py, e.g. --rank-args="--contexts 33320"')
     parser.add_argument("--mode", choices=("local", "gpus", "slurm"), default="local",
                         help="local: one run after another; gpus: runs on the local GPUs in parallel "
-                             "(--runs-per-gpu at a time on each); "
+                             "(--runs-per-gpu at a time on each; where torch sees no GPU it refuses, "
+                             "unless the override run.device=cpu says to train on the CPU); "
                              "slurm: write (and with --submit submit) an sbatch job array")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="local mode: N runs at a time, each with an equal share of the CPU cores "
@@ -152,21 +163,36 @@ def out_folder(args) -> Path:
     return Path(args.out) if args.out else args.plan.out
 
 
-def print_plan(runs, finetunes=(), waiting=()) -> None:
+def print_plan(out: Path, runs, finetunes=(), waiting=()) -> None:
+    skipped = []
     for tag, run in [(f"[{r.index + 1}/{r.count}]", r) for r in runs] + \
                     [(f"[finetune {r.index + 1}/{r.count}]", r) for r in finetunes]:
         commands = pending_commands(run)
+        skipped += [] if commands else [run.dir]
         print(f"# {tag} {run.dir}: {describe(run, commands)}")
         for command in commands:
             print(shlex.join(command))
     for line in waiting:
         print(f"# then {line}")
+    if skipped:
+        print(f"# {skipped_note(skipped, out)}")
     if not runs and finetunes:                  # --finetune-only
         print(f"# {len(finetunes)} finetuning run{'s' * (len(finetunes) != 1)} planned")
         return
     total = runs[0].count if runs else 0
     print(f"# {total} run{'s' * (total != 1)} planned" if len(runs) == total
           else f"# {len(runs)} of {total} planned runs")
+
+
+def skipped_note(skipped: list, out: Path) -> str:
+    """What a sweep that skipped finished runs (their directories) says last: a fresh clone's
+    plans have their results committed, so the same command in their folder trains nothing."""
+    finetunings = sum(Path(run_dir).name == FINETUNE_DIR for run_dir in skipped)
+    runs = len(skipped) - finetunings
+    what = " and ".join([f"{runs} planned run{'s' * (runs != 1)}"] * bool(runs) +
+                        [f"{finetunings} finetuning{'s' * (finetunings != 1)}"] * bool(finetunings))
+    return (f"{what} skipped: finished and evaluated in {out} already; --out DIR trains "
+            f"{'them' if len(skipped) > 1 else 'it'} again in DIR")
 
 
 def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
@@ -247,22 +273,31 @@ def main(argv=None) -> int:
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only
         if args.dry_run:
-            print_plan([] if args.finetune_only else runs, *(finetune_runs(runs) if second_stage else ((), ())))
+            print_plan(out_folder(args), [] if args.finetune_only else runs,
+                       *(finetune_runs(runs) if second_stage else ((), ())))
             return 0
-        outcomes = {} if args.finetune_only else run_all(args, runs)
-        if second_stage:
-            finetunes, waiting = finetune_runs(runs)
-            outcomes.update(run_all(args, finetunes))
-            for line in waiting:
-                print(f"not run: {line}")
+        with PassingOnStopSignals():
+            outcomes = {} if args.finetune_only else run_all(args, runs)
+            if second_stage:
+                finetunes, waiting = finetune_runs(runs)
+                outcomes.update(run_all(args, finetunes))
+                for line in waiting:
+                    print(f"not run: {line}")
     except (LaunchError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except SweepStopped as e:
+        print(f"stopped by {e}: the commands under way have ended (a training saves its last.pt); "
+              f"run the same command again to continue", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("interrupted; re-issue the same command to continue", file=sys.stderr)
         return 130
     text, ok = summary(outcomes)
     print(f"sweep: {text}")
+    skipped = [run_dir for run_dir, outcome in outcomes.items() if outcome == "skipped"]
+    if skipped:
+        print(skipped_note(skipped, out_folder(args)))
     return 0 if ok else 1
 
 

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
                                 sample_targets)
 from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
-from experiment.cli import run_script
+from experiment.cli import ArgumentParser, run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, write_text_atomic
@@ -73,8 +73,8 @@ def _override(text: str) -> tuple[str, str, str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="synthetic.py", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     positive_int = _number(int, 1, "an integer >= 1")
     positive = _number(float, 0, "a finite value > 0", strict=True)
     p.add_argument("--alpha", nargs="+", type=positive, default=[0.1],
@@ -100,13 +100,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="full-batch steps at most per fit")
     p.add_argument("--tol", type=_number(float, 0, "a finite value >= 0"), default=defaults.tol,
                    help="stop when the mean KL fell by less than this fraction over --window steps")
-    p.add_argument("--window", type=positive_int, default=defaults.window)
+    p.add_argument("--window", type=positive_int, default=defaults.window,
+                   help=f"steps the stopping rule looks back over (--tol; default {defaults.window})")
     p.add_argument("--lr-drops", type=_number(int, 0, "an integer >= 0"), default=defaults.lr_drops,
                    help="on a stall, divide the lr by 10 and go on, at most this many times")
     p.add_argument("--batch-contexts", type=positive_int, default=defaults.batch_contexts,
                    help="contexts per chunk of the full-batch gradient (memory only, same result)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    p.add_argument("--out", type=Path, default=Path("runs/synthetic"))
+    p.add_argument("--out", type=Path, default=Path("runs/synthetic"),
+                   help="folder that receives settings.json, results.csv, results.md and the "
+                        "figures (default runs/synthetic)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON, as the last line")
     p.add_argument("--from-csv", nargs="+", type=Path, metavar="CSV",
                    help="fit nothing: write the table and figures of earlier runs' results.csv "

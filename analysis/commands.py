@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from experiment.cli import ArgumentParser
+
 from . import AnalysisError
 from .published import PUBLISHED_TABLES
 from .runs import config_matches, find_run_dirs
@@ -294,7 +296,7 @@ COMMANDS: dict[str, Command] = {
 # ---------------------------------------------------------------------- parsing and running
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="report.py", description="Tables and figures from run directories.")
+    parser = ArgumentParser(prog="report.py", description="Tables and figures from run directories.")
     subcommands = parser.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
         sub = subcommands.add_parser(name, help=command.help, description=command.help.replace("%%", "%"))

@@ -3,7 +3,8 @@
     python benchmarks/bench_rank_decomposition.py [--rows 82430 --cols 10000] [--skip-numpy]
                                                   [--block-rows N] [--seed 0]
 
-The default shape is the PTB test log-P matrix (82,430 contexts x 10,000 words), float32 as in [SB].
+The default shape is about the PTB test log-P matrix's (82,430 rows, the test split's tokens: one more
+than its 82,429 contexts, which rank.py ranks; x 10,000 words), float32 as in [SB].
 Rows are log_softmax(l) of logits l = H W^T + b (a rank-400 linear model, as the Softmax head)
 plus a small nonlinear term s * tanh(H2 W2^T) (H2 W2^T of rank 64). Its linear part alone would
 give Press rank 402 + 64 = 466; its higher-order part is full rank with a bulk of singular values

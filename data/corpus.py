@@ -102,12 +102,14 @@ def load_corpus(
     download: bool = True,
     cache_dir: str | Path | None = None,
     allow_modified: bool = False,
+    allowed_by: str | None = "set data.allow_modified_corpus=true",
 ) -> Corpus:
     """Load `dataset` ("ptb" or "wikitext-2") from `<data dir>/<dataset>/`,
     downloading it first if allowed, and tokenise it (or reuse cached ids).
 
     Split files whose sha256 is not the published one are refused (a DataError naming the
-    file and its token count) unless `allow_modified`."""
+    file and its token count) unless `allow_modified`; the error's hint names `allowed_by`,
+    what the caller's user does to allow it (None: the caller has no way to)."""
     check_dataset(dataset)
     root = resolve_data_dir(data_dir)
     folder = root / dataset
@@ -130,7 +132,7 @@ def load_corpus(
         _write_token_cache(cache_path, key, *cached)
     vocab, arrays = cached
     if not allow_modified:
-        _check_published(dataset, paths, hashes, arrays)
+        _check_published(dataset, paths, hashes, arrays, allowed_by)
     train, valid, test = arrays
     return Corpus(
         name=dataset,
@@ -143,7 +145,8 @@ def load_corpus(
 
 
 def _check_published(
-    dataset: str, paths: Sequence[Path], hashes: Sequence[str], arrays: Sequence[np.ndarray]
+    dataset: str, paths: Sequence[Path], hashes: Sequence[str], arrays: Sequence[np.ndarray],
+    allowed_by: str | None,
 ) -> None:
     """Refuse a split file that is not byte for byte the published one (a half-copied
     train.txt trains without complaint otherwise)."""
@@ -157,7 +160,7 @@ def _check_published(
         raise DataError(
             f"{path}: {len(ids):,} tokens, not the published {dataset} {path.stem} split "
             f"({difference}; sha256 {digest[:12]}... instead of {CHECKSUMS[dataset][path.name][:12]}...); "
-            f"restore the file, or set data.allow_modified_corpus=true to use it on purpose"
+            f"restore the file" + (f", or {allowed_by} to use it on purpose" if allowed_by else "")
         )
 
 

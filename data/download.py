@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import itertools
 import os
 import shutil
 import sys
@@ -120,6 +121,8 @@ def ensure_corpus(
     folder = Path(data_dir).expanduser() / dataset
     if not missing_split_files(folder):
         return folder
+    # The folders made for the download, removed again (if still empty) when it fails.
+    made = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -127,9 +130,21 @@ def ensure_corpus(
             f"cannot create corpus folder {folder} ({_one_line(err)}); "
             f"{_manual_hint(dataset, folder)}"
         ) from err
+    try:
+        return _fetch_first(dataset, source, urls if urls is not None else source.urls, folder)
+    except DataError:
+        for path in made:                      # the deepest first
+            try:
+                path.rmdir()
+            except OSError:                    # not empty, or not ours to remove
+                break
+        raise
 
+
+def _fetch_first(dataset: str, source: Source, urls: Sequence[str], folder: Path) -> Path:
+    """The first of `urls` that yields the verified split files in `folder`."""
     failures = []
-    for url in urls if urls is not None else source.urls:
+    for url in urls:
         try:
             _fetch_verified(dataset, source, url, folder)
             return folder

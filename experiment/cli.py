@@ -1,10 +1,36 @@
-"""How the scripts that read runs (evaluate.py, rank.py, generate.py, report.py, synthetic.py)
-end: with main()'s exit status, and on Ctrl-C with one line instead of a traceback from deep in
-torch. train.py and sweep.py catch the interruption themselves, to save and to say how to go on."""
+"""The command lines of the scripts: their parser, whose every error is one line, and how the
+scripts that read runs (evaluate.py, rank.py, generate.py, report.py, synthetic.py) end: with
+main()'s exit status, and on Ctrl-C with one line instead of a traceback from deep in torch.
+train.py and sweep.py catch the interruption themselves, to save and to say how to go on."""
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from typing import Callable, NoReturn
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing argument, a value out of range) are one line,
+    `PROG: error: MESSAGE`, exit code 2, without argparse's usage block before it (--help
+    prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def leave_a_closed_terminal() -> None:
+    """On SIGHUP: stdout and stderr that can no longer be written go to /dev/null from now on. A
+    closed terminal sends SIGHUP and then refuses every write (EIO), which would turn a clean stop
+    (last.pt saved, exit 128 + 1) into a failure at the next line printed. A write of nothing tells:
+    a live terminal, a file or a pipe keeps the output."""
+    for fd in (1, 2):
+        try:
+            os.write(fd, b"")
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
 
 
 def run_script(main: Callable[[], int]) -> NoReturn:

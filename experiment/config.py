@@ -121,7 +121,7 @@ DEVICE_CHOICES = "auto, cpu, mps, cuda or cuda:N (N a GPU index)"
 
 @dataclass(frozen=True)
 class RunConfig:
-    dir: Optional[str] = None                   # null: runs/<dataset>-<head>-seed<seed>
+    dir: Optional[str] = None                   # null: runs/<dataset>-<config name>-seed<seed>
     device: str = "auto"                        # auto (CUDA when present), cpu, cuda, cuda:1, ...
     max_steps: Optional[int] = None             # stop after this many optimizer steps (smoke tests)
     checkpoint_every_steps: Optional[int] = None  # also save last.pt every N steps

@@ -133,16 +133,19 @@ def describe_weights(w: dict) -> str:
 
 
 def load_trained(path: str | Path, device: torch.device, data_dir: str | None = None,
-                 name: str = "best.pt") -> TrainedModel:
+                 name: str = "best.pt", allow_modified_corpus: bool | None = None) -> TrainedModel:
     """Load a run directory's `name` checkpoint (or a checkpoint file) with its corpus and model,
-    ready to evaluate in IEEE float32."""
+    ready to evaluate in IEEE float32. The corpus may be a modified one where the run's
+    data.allow_modified_corpus or the caller's --allow-modified-corpus says so
+    (`allow_modified_corpus`; None: the caller has no such option)."""
     set_float32_precision(False)
     keep_freed_host_memory()
     ckpt_path = checkpoint.existing_checkpoint(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
     corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,
-                         allow_modified=config.data.allow_modified_corpus)
+                         allow_modified=config.data.allow_modified_corpus or bool(allow_modified_corpus),
+                         allowed_by=None if allow_modified_corpus is None else "give --allow-modified-corpus")
     checkpoint.check_vocabulary(ckpt, corpus, ckpt_path)
     model = build_model(config, corpus.vocab_size)
     checkpoint.load_model_state(model, ckpt["model"], ckpt_path)

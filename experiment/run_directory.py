@@ -10,8 +10,9 @@ Files are written to a hidden temporary name beside their target and renamed ove
 crash or a full disk leaves either the old file or the new one. Temporaries orphaned by a
 SIGKILL are removed by the next process that takes the lock (no one else writes there then).
 
-What a run directory is called is here too: `run_name` (the one naming rule, for train.py's
-default run.dir and the launcher's runs) and FINETUNE_DIR, where a run's finetuning goes.
+What a run directory is called is here too: `run_name` (the one naming rule, for the launcher's
+runs and train.py's default run.dir, which `default_run_name` marks for a miniature config) and
+FINETUNE_DIR, where a run's finetuning goes.
 """
 from __future__ import annotations
 
@@ -58,6 +59,16 @@ def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -
     """
     name = "-".join([dataset, config_path.stem, *point, f"seed{seed}"])
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)    # a value like a path must not nest folders
+
+
+def default_run_name(dataset: str, config_path: Path, seed: int) -> str:
+    """train.py's run directory name where run.dir is not given: `run_name`'s, with the variant of a
+    config folder configs/<dataset folder>_<variant>/ after the dataset, so that the miniature's
+    runs are not taken for the full-size rows': configs/ptb/softmax.yaml gives ptb-softmax-seed141,
+    the name sweep.py gives the run, configs/ptb_mini/softmax.yaml ptb_mini-softmax-seed141.
+    (sweep.py names runs by `run_name` alone: a plan's folder says which runs it holds.)"""
+    variant = config_path.parent.name.partition("_")[2]
+    return run_name(f"{dataset}_{variant}" if variant else dataset, config_path, (), seed)
 
 
 def temp_path(path: Path) -> Path:
@@ -111,8 +122,10 @@ class RunLock:
             ... write into run_dir ...
     """
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path,
+                 way_out: str = "wait for it to end or choose another directory"):
         self.run_dir = Path(run_dir)
+        self.way_out = way_out          # what the error of a run directory in use suggests
         self.fd: int | None = None
 
     def acquire(self) -> None:
@@ -129,8 +142,7 @@ class RunLock:
             os.close(fd)
             by = f"PID {holder}" if holder else "another process (it has not written its PID yet)"
             raise RunDirectoryError(f"{self.run_dir} is in use by {by}; one process at a "
-                                    f"time writes into a run directory: wait for it to end or "
-                                    f"choose another directory") from None
+                                    f"time writes into a run directory: {self.way_out}") from None
         except OSError as e:         # a file system without flock (some network or FUSE mounts)
             os.close(fd)
             raise RunDirectoryError(f"{self.run_dir}: cannot lock {path} ({e.strerror or e}); "
@@ -156,6 +168,13 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
+
+
+def analysis_lock(checkpoint: Path, script: str) -> RunLock:
+    """The lock evaluate.py and rank.py take on the folder of the checkpoint they read, where they
+    write their results; while a training holds it, the way out is a copy of the checkpoint."""
+    return RunLock(checkpoint.parent, way_out=f"wait for it to end, or copy {checkpoint} into a "
+                                              f"folder of its own and run {script} on the copy")
 
 
 def remove_orphaned_temp_files(run_dir: Path) -> list[Path]:

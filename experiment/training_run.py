@@ -7,15 +7,14 @@ directory: the splits fit their batch sizes, a last.pt belongs to the run its ru
 and was saved by as many processes as resume it, and its state is finite. A failure on any
 process stops every process (`on_every_rank`), with one line from rank 0.
 
-While it trains: `StopSignals` turns SIGTERM / Ctrl-C into a stop after the current step. What
-rank 0 says when the run starts (`report_start`) and why it stopped (`non_finite_message`,
-`signal_stop_message`, `lost_process_message`), each stop naming the checkpoint it can be
-continued from (`describe_last_checkpoint`, `resume_command`), and what it says when training
-ends without an error (`finish_message`).
+While it trains: `StopSignals` turns SIGTERM, SIGHUP or Ctrl-C into a stop after the current
+step. What rank 0 says when the run starts (`report_start`) and why it stopped
+(`non_finite_message`, `signal_stop_message`, `lost_process_message`), each stop naming the
+checkpoint it can be continued from (`describe_last_checkpoint`, `resume_command`), and what it
+says when training ends without an error (`finish_message`).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -33,16 +32,18 @@ from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError
+from .cli import ArgumentParser, leave_a_closed_terminal
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import RunDirectoryError, RunLock, finetune_config, run_name
+from .run_directory import RunDirectoryError, RunLock, default_run_name, finetune_config
 
 
 def parse_args(argv=None):
     """train.py's command line."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
+        prog="train.py",
         description="Train an AWD-LSTM language model with a pluggable output head.",
         epilog="Overrides are key=value with dotted keys, e.g. train.lr=30 head.k=3 "
                "run.max_steps=100 run.device=cpu. See docs/configs.md for every key.")
@@ -121,7 +122,7 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     if config.run.dir:
         run_dir = Path(config.run.dir)
     else:
-        run_dir = Path("runs") / run_name(config.data.dataset, Path(args.config), (), config.train.seed)
+        run_dir = Path("runs") / default_run_name(config.data.dataset, Path(args.config), config.train.seed)
         config = load_config(args.config, list(args.overrides) + [f"run.dir={run_dir}"])
     return config, run_dir, None
 
@@ -348,10 +349,14 @@ def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: 
 
 
 class StopSignals:
-    """SIGTERM / Ctrl-C: finish the current step, save last.pt, exit. A second one kills a
-    single process; under torchrun a signal can come twice (from the scheduler and from
-    torchrun, which passes on what it receives), so it does not: torchrun's SIGKILL after
-    its --shutdown_timeout is the hard stop.
+    """SIGTERM, SIGHUP (a closed terminal) or Ctrl-C (SIGINT): finish the current step, save
+    last.pt, exit. A second Ctrl-C kills a single process (a person who will not wait). A
+    repeated SIGTERM or SIGHUP is the same request again, not an insistence: a scheduler's time
+    limit reaches every process of a job, and the launcher above passes it on as well (sweep.py,
+    torchrun); nor does a second Ctrl-C kill a torchrun process, which torchrun's passing on may
+    have caused. The hard stop is the SIGKILL a scheduler sends after its grace period (torchrun's
+    after its --shutdown_timeout). Once a signal has stopped training, SIGTERM and SIGHUP are
+    ignored until the process exits.
 
         with StopSignals(world) as signals:
             ... signals.received: the signal that came (None: none yet) ...
@@ -362,14 +367,19 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         def handler(signum, frame):
-            self.received = signum
-            if not self.world.distributed:
+            self.received = self.received or signum
+            if signum == signal.SIGINT and not self.world.distributed:
                 signal.signal(signum, signal.SIG_DFL)
+            if signum == signal.SIGHUP:
+                leave_a_closed_terminal()
         self.previous_handlers = {signum: signal.signal(signum, handler)
-                                  for signum in (signal.SIGINT, signal.SIGTERM)}
+                                  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self
 
     def __exit__(self, *exc) -> bool:
         for signum, handler in self.previous_handlers.items():
-            signal.signal(signum, handler)
+            # Stopped by a signal, the process is on its way out: a SIGTERM or SIGHUP repeated
+            # then is still the same request, not one to die of before the exit code is given.
+            repeat = self.received is not None and signum != signal.SIGINT
+            signal.signal(signum, signal.SIG_IGN if repeat else handler)
         return False

@@ -4,6 +4,7 @@
                and the one routine every launcher uses: train (or resume) -> evaluate -> rank,
                doing only what a run directory still lacks
     modes.py   the ways to run many: one after another, one per GPU, a Slurm job array
+    stopping.py  SIGTERM, SIGINT and SIGHUP to the sweep passed on to every command it started
 
 `sweep.py` at the repository root is the command line; `scripts/run_row.sh` (and the per-row
 scripts) call it for one seed of one config.

@@ -15,6 +15,7 @@ import torch
 
 from . import LaunchError
 from .runs import ELSEWHERE, PlannedRun, process
+from .stopping import SweepStopped, check as check_stop_signals
 
 
 def sweep_local(runs: Sequence[PlannedRun]) -> dict[str, str]:
@@ -33,7 +34,11 @@ def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: in
     """`runs_per_gpu` workers per GPU, each taking the next waiting run, so that each GPU trains
     that many runs at a time (benchmarks/bench_parallel.py measures what several give: nothing
     for the PTB Softmax on an H200, docs/gpus.md; smaller models may gain); output goes to
-    DIR/sweep.log."""
+    DIR/sweep.log. Where torch sees no GPU it refuses, unless every run says run.device=cpu (the
+    runs would train on the CPU, each in its own process)."""
+    if not torch.cuda.is_available() and any(run.config.run.device != "cpu" for run in runs):
+        raise LaunchError("--mode gpus: torch sees no GPU on this machine; give run.device=cpu to "
+                          "train on its CPU anyway, or use --mode local (--jobs N: N runs at a time)")
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
     if runs_per_gpu < 1:
@@ -69,7 +74,8 @@ def sweep_jobs(runs: Sequence[PlannedRun], jobs: int) -> dict[str, str]:
 
 def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dict]]) -> dict[str, str]:
     """One thread per (tag, environment) worker, each taking the next waiting run until none is
-    left; each run's output goes to DIR/sweep.log, its outcome to this terminal."""
+    left (or a stop signal came: SweepStopped once the runs under way have stopped); each run's
+    output goes to DIR/sweep.log, its outcome to this terminal."""
     waiting: queue.Queue = queue.Queue()
     for run in runs:
         waiting.put(run)
@@ -81,7 +87,10 @@ def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dic
                 run = waiting.get_nowait()
             except queue.Empty:
                 return
-            outcome = process(run, tag, env, log_to_run_dir=True)
+            try:
+                outcome = process(run, tag, env, log_to_run_dir=True)
+            except SweepStopped:             # a stop signal: take no more runs
+                return
             outcomes[str(run.dir)] = outcome
             print(f"{tag} {run.dir}: {outcome}", flush=True)
 
@@ -90,6 +99,7 @@ def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dic
         thread.start()
     for thread in threads:
         thread.join()
+    check_stop_signals()
     return outcomes
 
 

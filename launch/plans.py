@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.commands import check as check_report_arguments
-from experiment.config import ConfigError, load_config, read_yaml
+from experiment.config import SECTIONS, ConfigError, load_config, read_yaml
 from . import LaunchError
 from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
 
+CONFIG_KEYS = {*SECTIONS, "head", "base"}          # the top-level keys a config file may have
 PLAN_KEYS = {"title", "out", "seeds", "overrides", "rank", "robustness", "experiments", "report"}
 EXPERIMENT_KEYS = {"config", "seeds", "overrides", "grid", "rank", "robustness", "evaluate", "finetune_best"}
 FINETUNE_KEYS = {"overrides", "evaluate"}
@@ -62,13 +63,16 @@ class Plan:
 
 
 def is_plan(path: Path) -> bool:
-    """A plan file is a YAML file with `experiments:` at the top level (a config never has it);
-    read as text, so that a broken plan is still told apart from a config and its error is a plan's."""
+    """A plan file is a YAML file with top-level keys, none of them a config's (data, model,
+    train, run, head, base): a plan with a misspelled key (`experimnts:`) is still a plan, whose
+    error names that key. Read as text, so that a broken plan is still told apart from a config
+    and its error is a plan's."""
     try:
         text = path.read_text(encoding="utf-8") if path.suffix in (".yaml", ".yml") else ""
     except (OSError, UnicodeDecodeError):
         return False
-    return re.search(r"^experiments\s*:", text, re.M) is not None
+    keys = set(re.findall(r"""^["']?([A-Za-z_][\w.-]*)["']?[ \t]*:(?:\s|$)""", text, re.M))
+    return bool(keys) and keys.isdisjoint(CONFIG_KEYS)
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -1,10 +1,11 @@
 """Planning runs, and the one routine that takes a run directory to its results.
 
 A run is one config with overrides and a seed, in its own directory named by `run_name`
-(experiment/run_directory.py: the only naming rule; train.py's default run.dir, sweep.py and the
-row scripts all use it). Every run is `train.py CONFIG overrides... train.seed=S run.dir=DIR`,
-then `evaluate.py DIR` (and `rank.py DIR` when asked). What is left to do is read from DIR
-itself, so re-issuing the same sweep after a crash continues where it stopped:
+(experiment/run_directory.py: the only naming rule; sweep.py and the row scripts use it, and
+train.py's default run.dir, which marks a miniature config's runs). Every run is `train.py
+CONFIG overrides... train.seed=S run.dir=DIR`, then `evaluate.py DIR` (and `rank.py DIR` when
+asked). What is left to do is read from DIR itself, so re-issuing the same sweep after a crash
+continues where it stopped:
 
     no last.pt                      -> train from scratch, evaluate (, rank)
     last.pt, run not finished       -> train.py --resume DIR, evaluate (, rank)
@@ -35,9 +36,9 @@ import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.progress import TrainingProgress
-from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, RunDirectoryError, RunLock, finetune_config,
-                                     run_name)
-from . import LaunchError
+from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock,
+                                     finetune_config, run_name)
+from . import LaunchError, stopping
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = {name: REPO / f"{name}.py" for name in ("train", "evaluate", "rank")}
@@ -356,17 +357,14 @@ def run_command(command: list[str], env: dict | None = None, log: IO | None = No
                 account: Path | None = None) -> int:
     """Run one command to its end; its exit code. With `account`, append to that file the
     command's script, its CPU seconds (user and system, from wait4: the process and the
-    children it waited for) and its wall seconds, even when Ctrl-C stopped it."""
+    children it waited for) and its wall seconds, also when a signal stopped it. The sweep's
+    stop signals are passed on to the command, which then ends the sweep (SweepStopped,
+    launch/stopping.py)."""
     started = time.time()
-    with subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
-        try:
-            code, usage = _wait(proc)
-        except KeyboardInterrupt:
-            # Ctrl-C reached the child too: let train.py save last.pt before the sweep stops.
-            code, usage = _wait(proc)
-            record_cpu_time(account, command, usage, started)
-            raise
+    with stopping.start(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
+        code, usage = _wait(proc)
     record_cpu_time(account, command, usage, started)
+    stopping.ended(proc)
     return code
 
 
@@ -481,7 +479,9 @@ def locked_by_another_process(run_dir: Path) -> bool:
 
 def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: bool = False) -> str:
     """Work out and run what is left of one run; its outcome (see `execute`, "skipped", or
-    ELSEWHERE when another process works on it)."""
+    ELSEWHERE when another process works on it). A run that failed before its training wrote
+    anything leaves no directory behind that the sweep made for it."""
+    made = list(itertools.takewhile(lambda p: not p.exists(), (run.dir, *run.dir.parents)))
     try:
         with claimed(run.dir) as ours:
             if not ours:
@@ -490,6 +490,8 @@ def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: 
             outcome = process_claimed(run, tag, env, log_to_run_dir)
             if outcome.startswith("failed") and locked_by_another_process(run.dir):
                 return ELSEWHERE
+            if outcome.startswith("failed") and made:
+                remove_if_unused(run.dir, made)
             return outcome
     except OSError as e:
         print(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})", flush=True)
@@ -507,9 +509,31 @@ def process_claimed(run: PlannedRun, tag: str, env: dict | None, log_to_run_dir:
             return execute(run, commands, env)
         run.dir.mkdir(parents=True, exist_ok=True)
         with open(run.dir / "sweep.log", "a", encoding="utf-8") as log:
-            return execute(run, commands, env, log)
+            outcome = execute(run, commands, env, log)
+        if outcome.startswith("failed"):         # why, from its log, which may not stay
+            lines = (run.dir / "sweep.log").read_text(encoding="utf-8", errors="replace").split("\n")
+            outcome += next((f" ({line.strip()})" for line in reversed(lines) if line.strip()), "")
+        return outcome
     except LaunchError as e:      # one bad run directory must not stop the others
         print(f"{tag} {run.dir}: {e}", flush=True)
         return f"failed: {e}"
 
 
+# What a sweep and a refused train.py leave in a run directory: with nothing else there, the run
+# left nothing of its own.
+BOOKKEEPING = {CLAIM_NAME, LOCK_NAME, CPU_TIMES, "sweep.log"}
+
+
+def remove_if_unused(run_dir: Path, made: list[Path]) -> None:
+    """Remove `run_dir` and the folders above it in `made` (those the sweep made, the deepest
+    first, each while empty) if the run wrote nothing there: a failed command leaves no folder
+    behind that it made. Called holding the run's claim."""
+    if any(path.name not in BOOKKEEPING for path in run_dir.iterdir()):
+        return
+    for path in run_dir.iterdir():
+        path.unlink()
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:                          # not empty: another run's, or not ours
+            break

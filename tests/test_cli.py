@@ -1,6 +1,8 @@
-"""experiment/cli.py: the scripts that read runs end on Ctrl-C with one line and exit 130."""
+"""experiment/cli.py: every script's bad arguments are one line and exit 2; the scripts that read
+runs end on Ctrl-C with one line and exit 130."""
 from __future__ import annotations
 
+import argparse
 import ast
 import shutil
 import signal
@@ -12,7 +14,34 @@ import pytest
 
 from experiment.cli import run_script
 
+import evaluate
+import generate
+import rank
+import report
+import sweep
+import synthetic
+import train
+
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("main, argv, line", [
+    (rank.main, ["runs/x", "--contexts", "0"], "rank.py: error: --contexts: expected an integer >= 1, got 0"),
+    (sweep.main, ["configs/ptb/softmax.yaml", "--out", "x", "--jobs", "0"],
+     "sweep.py: error: --jobs: expected an integer >= 1, got 0"),
+    (report.main, ["table", "results/cpu_ptb"],
+     "report.py table: error: the following arguments are required: --out"),
+    (train.main, ["configs/ptb/softmax.yaml", "--bogus"], "train.py: error: unrecognized arguments: --bogus"),
+    (evaluate.main, [], "evaluate.py: error: the following arguments are required: path"),
+    (generate.main, ["runs/x", "--words"], "generate.py: error: argument --words: expected one argument"),
+    (synthetic.main, ["--words", "1"], "synthetic.py: error: argument --words: expected an integer >= 2, got '1'"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(main, argv, line, capsys):
+    """Not argparse's usage block and then the line: the one line (--help has the usage)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
 
 
 def test_an_interruption_is_one_line_and_exit_130(capsys):
@@ -45,6 +74,14 @@ import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import rank
 from experiment.cli import run_script
+
+import evaluate
+import generate
+import rank
+import report
+import sweep
+import synthetic
+import train
 def long_computation(*args, **kwargs):
     print("under way", flush=True)
     time.sleep(60)
@@ -69,3 +106,86 @@ def test_ctrl_c_during_rank_py_is_one_line_and_releases_the_run(tiny_run, tmp_pa
     done = subprocess.run([sys.executable, "rank.py", str(run_dir), "--device", "cpu", "--contexts", "50"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("script", [evaluate, rank])
+def test_a_run_in_use_is_refused_with_the_documented_way_out(script, tiny_run, tmp_path, capsys):
+    """evaluate.py and rank.py on a run that another process writes into (a training): one line
+    that says what to do, copy the checkpoint elsewhere (docs/training.md), not "choose another
+    directory", which they have no option for."""
+    import os
+    from experiment.run_directory import RunLock
+    run_dir = shutil.copytree(tiny_run, tmp_path / "run")
+    name = Path(script.__file__).name
+    with RunLock(run_dir):             # another open file: flock refuses this process too
+        assert script.main([str(run_dir), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run_dir} is in use by PID {os.getpid()} (") and err.count("\n") == 1
+    assert err.endswith(f"; one process at a time writes into a run directory: wait for it to end, or "
+                        f"copy {run_dir / 'best.pt'} into a folder of its own and run {name} on the copy\n")
+
+
+@pytest.fixture
+def published_run(tiny_run, tmp_path) -> Path:
+    """tiny_run as if trained on the published corpus (data.allow_modified_corpus false), its
+    data.data_dir still the slice of PTB it was trained on: a modified corpus for it."""
+    import torch
+    run_dir = shutil.copytree(tiny_run, tmp_path / "run")
+    checkpoint = torch.load(run_dir / "best.pt", weights_only=True)
+    checkpoint["config"]["data"]["allow_modified_corpus"] = False
+    torch.save(checkpoint, run_dir / "best.pt")
+    return run_dir
+
+
+@pytest.mark.parametrize("script, options", [(evaluate, []), (rank, ["--contexts", "20"]),
+                                              (generate, ["--words", "5"])])
+def test_a_modified_corpus_is_refused_with_a_hint_the_script_takes(script, options, published_run, capsys):
+    """Not "set data.allow_modified_corpus=true", which these scripts cannot take: their own
+    --allow-modified-corpus, which reads the corpus."""
+    argv = [str(published_run), "--device", "cpu", *options]
+    assert script.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "/ptb/train.txt: " in err and "not the published ptb train split" in err     # the file, what is wrong
+    assert err.endswith("; restore the file, or give --allow-modified-corpus to use it on purpose\n"), err
+    assert script.main([*argv, "--allow-modified-corpus"]) == 0
+
+
+def test_a_modified_corpus_hint_names_no_option_a_caller_does_not_have(published_run):
+    """report.py's commands that load a run (wordsim, top5, diagnose) have no such option."""
+    import torch
+    from data import DataError
+    from experiment.loading import load_trained
+    with pytest.raises(DataError) as error:
+        load_trained(published_run, torch.device("cpu"))
+    assert str(error.value).endswith("; restore the file")
+
+
+def parser_of(parse_args, monkeypatch) -> argparse.ArgumentParser:
+    """The parser a script's parse_args builds (caught when it would parse)."""
+    built = []
+
+    def catch(self, *args, **kwargs):
+        built.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_intermixed_args", catch)
+    with pytest.raises(SystemExit):
+        parse_args([])
+    return built[0]
+
+
+@pytest.mark.parametrize("script", [train, evaluate, rank, generate, sweep, synthetic, report])
+def test_every_option_has_a_help_text(script, monkeypatch):
+    """(synthetic.py's --window and --out had none.)"""
+    parse_args = script.parse_args if script is not train else __import__(
+        "experiment.training_run", fromlist=["parse_args"]).parse_args
+    parsers = [parser_of(parse_args, monkeypatch)]
+    for action in parsers[0]._actions:           # report.py's subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += action.choices.values()
+    missing = [f"{parser.prog} {'/'.join(action.option_strings) or action.dest}" for parser in parsers
+               for action in parser._actions if not action.help and action.dest != "help"
+               and not isinstance(action, argparse._SubParsersAction)]      # its commands have theirs
+    assert missing == []

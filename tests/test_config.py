@@ -178,3 +178,26 @@ def test_unreadable_config_files_are_one_line(tmp_path):
 @pytest.mark.parametrize("device", ["cuda:abc", "gpu", "cuda:0:1", "cpu:0x", "cuda:-1"])
 def test_device_names_are_checked(device):
     assert "run.device: expected auto, cpu, mps, cuda or cuda:N" in error_of(overrides=[f"run.device={device}"])
+
+
+def test_docs_configs_lists_every_choice_of_every_key():
+    """docs/configs.md names each value a key with a fixed set of choices takes (asgd_trigger:
+    start, which the finetuning uses, was missing), in that key's section row."""
+    import dataclasses
+    import typing
+    from experiment.config import SECTIONS
+    rows = {line.split("|")[1].strip(" `"): line for line in
+            (Path(__file__).resolve().parent.parent / "docs" / "configs.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")}
+    checked = 0
+    for section, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            kind = typing.get_type_hints(cls)[field.name]
+            if typing.get_origin(kind) is typing.Literal:
+                row = rows[section]
+                assert f"`{field.name}`" in row, (section, field.name)
+                after = row.split(f"`{field.name}`", 1)[1]
+                for choice in typing.get_args(kind):
+                    assert f"`{choice}`" in after, f"docs/configs.md: {section}.{field.name}: `{choice}` missing"
+                checked += 1
+    assert checked >= 3                 # data.dataset, train.asgd_trigger, run.ddp_reduce

@@ -191,3 +191,21 @@ def test_the_readmes_cost_table_quotes_the_benchmarks_page():
     against_mos = section[section.index("Mixtape's full step is"):section.index("On an H200")]
     quoted = set(number.findall(against_mos))
     assert quoted and quoted <= page, (against_mos, quoted - page)
+
+
+def test_the_quick_start_says_where_the_corpora_come_from():
+    """AWD_DATA_DIR, what else sets the folder, and that a missing corpus is downloaded."""
+    from tests.conftest import doc_section
+    text = " ".join(doc_section("README.md", "Quick start").split())
+    for said in ("`AWD_DATA_DIR`", "`data.data_dir=DIR`", "`--data-dir DIR`", "`corpora/`",
+                 "downloaded into it on first use", "SHA-256"):
+        assert said in text, said
+
+
+def test_the_first_runs_rank_lines_are_explained_where_it_points():
+    """The README's first run shows rank.py's effective-rank line; docs/ranks.md explains it."""
+    from tests.conftest import doc_section
+    assert "(docs/ranks.md#what-rankpy-prints)" in doc_section("README.md", "Quick start")
+    explained = doc_section("docs/ranks.md", "What rank.py prints")
+    assert "effective rank eps 0.001: A, eps 0.0001: B, eps 1e-05: C" in explained
+    assert "ε-effective rank" in explained and "Press rank 18" in explained

@@ -157,7 +157,7 @@ def assert_no_corpus_and_no_leftovers(data_dir: Path, dataset: str) -> None:
     folder = data_dir / dataset
     for name in FAKE:
         assert not (folder / name).exists()
-    assert [p for p in data_dir.rglob("*") if p.is_file()] == []
+    assert list(data_dir.rglob("*")) == []        # nor the folder made for the download
 
 
 # --- tests ------------------------------------------------------------------
@@ -259,6 +259,17 @@ def test_offline_error_says_where_to_put_the_files(tmp_path: Path):
     assert all(name in message for name in FAKE)
     assert "AWD_DATA_DIR" in message and "--data-dir" in message
     assert_no_corpus_and_no_leftovers(tmp_path, "ptb")
+
+
+def test_a_failed_download_removes_the_folders_it_made_and_no_other(tmp_path: Path):
+    """A mistyped data dir that does not exist: not left behind as empty folders."""
+    with pytest.raises(DataError):
+        ensure_corpus("ptb", tmp_path / "typo" / "data", urls=[refused_url()])
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "mine" / "ptb").mkdir(parents=True)       # folders the user made stay
+    with pytest.raises(DataError):
+        ensure_corpus("ptb", tmp_path / "mine", urls=[refused_url()])
+    assert (tmp_path / "mine" / "ptb").is_dir()
 
 
 def test_default_sources_match_the_spec():

@@ -15,6 +15,7 @@ import re
 import resource
 import shlex
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -160,6 +161,67 @@ def test_a_rerun_plan_skips_what_is_done(plan_data, tmp_path, monkeypatch, capsy
     assert calls == [] and "3 skipped" in capsys.readouterr().out
 
 
+def test_a_plan_whose_runs_are_in_its_folder_says_what_it_skipped_and_how_to_train_them_again(
+        monkeypatch, capsys):
+    """A fresh clone's CPU plan, as the README ran it, trains nothing (its results are committed in
+    its folder): the sweep says so and names --out, for real and in a dry run."""
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", lambda command, *rest, **options: commands.append(command))
+    note = ("16 planned runs and 2 finetunings skipped: finished and evaluated in results/cpu_ptb "
+            "already; --out DIR trains them again in DIR")
+    assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["sweep: 18 skipped", note]
+    assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [f"# {note}", "# 16 runs planned"]
+    assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--train-only", "--limit", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("7 planned runs skipped: finished and evaluated "
+                                                        "in results/cpu_ptb already; --out DIR trains "
+                                                        "them again in DIR")
+    assert commands == []
+
+
+def documented_plan_commands() -> list[tuple[str, str]]:
+    """(page, command) for each `python sweep.py sweeps/...` line of the README's and
+    docs/sweeps.md's code blocks that trains (no --dry-run, --report or --mode slurm)."""
+    found = []
+    for page in ("README.md", "docs/sweeps.md"):
+        blocks = re.findall(r"```bash\n(.*?)```", Path(page).read_text(encoding="utf-8"), re.S)
+        for line in "".join(blocks).splitlines():
+            command = line.split("  #")[0].strip()
+            if command.startswith("python sweep.py sweeps/") and not re.search(
+                    r"--dry-run|--report|--mode slurm", command):
+                found.append((page, command))
+    return found
+
+
+def committed(folder: Path) -> bool:
+    """Whether git tracks files in `folder` (without git: whether it exists)."""
+    try:
+        return bool(subprocess.run(["git", "ls-files", "--", str(folder)], capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return folder.exists()
+
+
+@pytest.mark.parametrize("page, command", documented_plan_commands())
+def test_a_documented_plan_command_trains_in_a_folder_of_its_own(page, command, tmp_path, capsys):
+    """A plan whose folder holds its committed results (results/cpu_*) trains nothing there, and a
+    smoke test of a plan must not leave its runs in the plan's folder: each documented command
+    that trains a plan either runs in a folder where nothing is committed, or gives --out."""
+    arguments = shlex.split(command)[2:]
+    plan = load_plan(arguments[0])
+    if "--out" not in arguments:
+        assert not committed(plan.out), f"{page}: {command}: {plan.out} is committed; give --out"
+        assert "--limit" not in arguments, f"{page}: {command}: a smoke test; give it an --out of its own"
+        return
+    out = arguments[arguments.index("--out") + 1]
+    assert Path(out) != plan.out and out.startswith("runs/"), f"{page}: {command}"
+    arguments[arguments.index("--out") + 1] = str(tmp_path / out)        # what it would do there
+    assert sweep.main([*arguments, "--dry-run"]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# [")]
+    assert titles and all(title.endswith(": new") for title in titles), titles
+
+
 def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     assert sweep.main(["sweeps/sb_figure2_gss_wt2.yaml", "--mode", "slurm", "--dry-run",
                        "--out", str(tmp_path / "grid")]) == 0
@@ -219,6 +281,20 @@ def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     assert sweep.main([str(plan), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+@pytest.mark.parametrize("extra", [[], ["--out", "elsewhere"], ["--dry-run"]])
+def test_a_misspelled_top_level_key_is_named_with_the_valid_ones_before_anything_else(extra, tmp_path,
+                                                                                      capsys):
+    """Not "--out: give the folder" (taken for a config), nor "unknown section 'title'": every
+    top-level key of a plan is checked, and the misspelled one named first."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"title: t\nout: {tmp_path / 'o'}\nexperimnts:\n  - config: configs/ptb/softmax.yaml\n",
+                    encoding="utf-8")
+    assert sweep.main([str(plan), *[str(tmp_path / e) if e == "elsewhere" else e for e in extra]]) == 2
+    assert capsys.readouterr().err == (f"error: {plan}: unknown key 'experimnts' (valid: experiments, "
+                                       f"out, overrides, rank, report, robustness, seeds, title)\n")
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "o").exists()
 
 
 def test_plan_options_and_config_options_do_not_mix(capsys):

@@ -179,3 +179,34 @@ def test_rank_says_when_a_gpu_streams_final_svd_goes_to_the_cpu_and_why(monkeypa
     assert budget is not None and "exceed the memory budget" in budget
     assert rank.cpu_svd_note("logp", stream_on("cuda", 10_000)) is None
     assert rank.cpu_svd_note("logp", StreamingSingularValues(50)) is None
+
+
+def test_the_docs_give_the_number_of_ptb_test_contexts_that_rank_py_ranks(shared_data_dir, monkeypatch):
+    """rank.py's own count (open_split on the real PTB test split), not the split's 82,430 tokens:
+    the last token has no next one."""
+    import re
+    from types import SimpleNamespace
+    from data import load_corpus
+    corpus = load_corpus("ptb", shared_data_dir)
+    monkeypatch.setattr(rank, "load_trained", lambda *args, **kwargs: SimpleNamespace(
+        model=torch.nn.Identity(), corpus=corpus))
+    contexts = rank.open_split("run", "test", None, "float32", torch.device("cpu"), None)[3]
+    repo = Path(__file__).resolve().parent.parent
+    said = [(page.name, count) for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+            for count in re.findall(r"all ([\d,]+) contexts", page.read_text(encoding="utf-8"))]
+    assert ("ranks.md", f"{contexts:,}") in said
+    assert all(count == f"{contexts:,}" for _, count in said), said
+
+
+def test_the_lines_docs_ranks_md_explains_are_the_lines_rank_py_prints():
+    """docs/ranks.md's "What rank.py prints" shows the README's first run's two lines, its
+    numbers as letters: rank.py's own describe() gives them, the letters put back."""
+    from tests.conftest import doc_section
+    result = {"checkpoint": "runs/first/best.pt", "head": "softmax", "dataset": "ptb", "split": "test",
+              "contexts": 2000, "epoch": 1, "epoch_complete": True, "step": 666, "weights": "raw",
+              "asgd": False, "shape": [2000, 10000], "dtype": "float32", "press_rank": 18,
+              "effective_rank": {0.001: 111, 0.0001: 222, 1e-05: 333}, "sigma_max": 444.0, "sigma_min": 555.0}
+    printed = rank.describe(result)
+    for number, letter in (("666", "S"), ("111", "A"), ("222", "B"), ("333", "C"), ("444", "X"), ("555", "Y")):
+        printed = printed.replace(number, letter)
+    assert f"```\n{printed}\n```" in doc_section("docs/ranks.md", "What rank.py prints")

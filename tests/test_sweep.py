@@ -248,6 +248,39 @@ def test_bad_input_is_one_line(overrides, tmp_path, capsys):
         assert message in err and "\n" not in err
 
 
+def test_a_run_that_fails_before_training_leaves_no_folder_the_sweep_made(overrides, tmp_path, monkeypatch,
+                                                                          capsys):
+    """train.py refuses the corpus (a slice of PTB, not allowed here): the sweep fails the run and
+    takes back the folders it made for it; those it did not make stay."""
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    out = tmp_path / "new" / "sweep"
+    refused = [*overrides, "data.allow_modified_corpus=false"]
+    assert sweep.main([CONFIG, *refused, "--seeds", "1", "2", "--out", str(out)]) == 1
+    assert "not the published ptb train split" in capsys.readouterr().err
+    assert [Path(c[1]).name for c in commands] == ["train.py", "train.py"]
+    assert list(tmp_path.iterdir()) == []
+    kept = tmp_path / "kept"
+    (kept / "ptb-softmax-seed1").mkdir(parents=True)
+    assert sweep.main([CONFIG, *refused, "--seeds", "1", "--out", str(kept)]) == 1
+    assert (kept / "ptb-softmax-seed1").is_dir()
+
+
+def test_with_jobs_a_failed_runs_reason_is_in_its_outcome(overrides, tmp_path, monkeypatch, capsys):
+    """Its log is in RUN/sweep.log, which goes with the folder the sweep made: the outcome line
+    quotes the log's last line."""
+    def refused(command, env=None, log=None, account=None) -> int:
+        log.write("error: data.nope: the reason\n")
+        return 2
+
+    monkeypatch.setattr(launch_runs, "run_command", refused)
+    out = tmp_path / "jobs"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "--jobs", "2"]) == 1
+    assert (f"{out / 'ptb-softmax-seed1'}: failed: train.py exited with 2 (error: data.nope: the reason)"
+            in capsys.readouterr().out)
+    assert not out.exists()
+
+
 def test_run_command_returns_the_exit_code():
     assert run_command([sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
@@ -296,6 +329,27 @@ def test_gpus_mode_runs_one_run_per_gpu_at_a_time(overrides, tmp_path, monkeypat
     # The fake training leaves no checkpoint, so each run stops as unfinished, its log in its folder.
     assert "4 incomplete" in capsys.readouterr().out
     assert all((out / f"ptb-softmax-seed{s}" / "sweep.log").read_text() == "output\n" for s in (1, 2, 3, 4))
+
+
+def test_gpus_mode_where_torch_sees_no_gpu_refuses_unless_told_to_use_the_cpu(overrides, tmp_path,
+                                                                             monkeypatch, capsys):
+    """Not the 24M-parameter model trained on the CPU with a warning in RUN/sweep.log: one line,
+    exit 2, nothing started or created; run.device=cpu says to use the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", lambda command, *rest, **options: commands.append(command) or 0)
+    out = tmp_path / "gpus"
+    on_any_device = [o for o in overrides if not o.startswith("run.device=")]
+    for device in ([], ["run.device=auto"], ["run.device=cuda"]):
+        assert sweep.main([CONFIG, *on_any_device, *device, "--seeds", "1", "--out", str(out),
+                           "--mode", "gpus", "--gpus", "0"]) == 2
+        assert capsys.readouterr().err == (
+            "error: --mode gpus: torch sees no GPU on this machine; give run.device=cpu to train on its "
+            "CPU anyway, or use --mode local (--jobs N: N runs at a time)\n")
+    assert commands == [] and not out.exists()
+    assert sweep.main([CONFIG, *on_any_device, "run.device=cpu", "--seeds", "1", "--out", str(out),
+                       "--mode", "gpus", "--gpus", "0"]) == 0
+    assert [Path(c[1]).name for c in commands] == ["train.py"]   # no checkpoint: not evaluated
 
 
 def test_gpus_mode_keeps_runs_per_gpu_runs_on_each_gpu(overrides, tmp_path, monkeypatch, capsys):
@@ -350,6 +404,21 @@ def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, mo
     assert printed[0] == f"# [5/6] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
     assert len(printed) == 4      # its title, train.py, evaluate.py, the count
     assert printed[-1] == "# 1 of 6 planned runs"
+
+
+def test_train_names_a_miniature_configs_default_run_directory_apart_and_the_sweep_does_not(
+        small_data, tmp_path, capsys):
+    """train.py without run.dir: configs/ptb_mini/softmax.yaml's run is not runs/ptb-softmax-seed<N>,
+    the full-size row's. sweep.py's names are unchanged: the committed results, and the runs in
+    flight, are in folders named by them."""
+    mini = "configs/ptb_mini/softmax.yaml"
+    assert train.main([mini, f"data.data_dir={small_data}", *TINY, "train.seed=9", "--dry-run"]) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out.rsplit("\n", 2)[0])
+    assert resolved["run"]["dir"] == "runs/ptb_mini-softmax-seed9"
+    runs = launch_runs.plan_runs([launch_runs.Experiment(Path(mini), grid=(("model.emsize", ("32",)),))],
+                                 tmp_path, seeds=[1])
+    assert [run.name for run in runs] == ["ptb-softmax-model.emsize=32-seed1"]
+    assert (REPO / "results" / "cpu_ptb_converged" / runs[0].name / "eval_best.json").is_file()
 
 
 @pytest.mark.parametrize("config", ["configs/ptb/softmax.yaml", "configs/ptb/fair_mos_d280.yaml"])

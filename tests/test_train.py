@@ -384,6 +384,67 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(ptb_slice, tmp_p
     assert [r["val_loss"] for r in metrics(run_dir)][-1] == [r["val_loss"] for r in metrics(uninterrupted)][-1]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sighup_stops_as_sigterm_does_and_a_repeat_is_the_same_request(signum, ptb_slice, tmp_path):
+    """SIGHUP (a closed terminal) saves last.pt and stops train.py as SIGTERM does; either one
+    twice is one request, not a kill (a scheduler's time limit reaches every process of a job,
+    and sweep.py or torchrun above passes it on too)."""
+    run_dir = tmp_path / "stopped"
+    proc = start(run_dir, ptb_slice, "run.log_interval=1")
+    while not proc.stdout.readline().startswith("epoch   1 |"):      # its first step is done
+        assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signum)
+    time.sleep(0.2)                  # the first one handled (two at once would count as one)
+    proc.send_signal(signum)
+    err = proc.communicate(timeout=120)[1]
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    step = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"]
+    assert err.strip() == (f"stopped: {name} after step {step}; saved {run_dir / 'last.pt'}; continue "
+                           f"with python train.py --resume {run_dir}")
+
+
+def test_sighup_from_a_terminal_that_closed_still_saves_and_exits_129(ptb_slice, tmp_path):
+    """A closed terminal sends SIGHUP and refuses every later write (EIO): train.py, printing its
+    progress bar there, still stops after the step with last.pt saved and exits 128 + 1, its
+    output gone to /dev/null (not exit 1, "cannot write", at its next line of output)."""
+    import fcntl
+    import select
+    import struct
+    import termios
+    import threading
+    from tests.conftest import TINY
+    run_dir = tmp_path / "in-a-terminal"
+    master, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))    # 80 columns
+    proc = subprocess.Popen([sys.executable, "train.py", PTB, f"data.data_dir={ptb_slice}", *TINY,
+                             *RESUME_ARGS, f"run.dir={run_dir}"], cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    seen, closing = [b""], threading.Event()
+
+    def drain():                     # what a terminal does: read, so that no write blocks
+        while not closing.is_set():
+            if select.select([master], [], [], 0.05)[0]:
+                try:
+                    seen[0] += os.read(master, 65536)
+                except OSError:      # the train.py side is closed: it ended
+                    return
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    deadline = time.time() + 120
+    while b"epoch 1:" not in seen[0]:            # its progress bar: training is under way
+        assert proc.poll() is None and time.time() < deadline, seen[0].decode(errors="replace")
+        time.sleep(0.02)
+    closing.set()
+    reader.join()
+    os.close(master)                             # the terminal closes...
+    proc.send_signal(signal.SIGHUP)              # ...and says so
+    assert proc.wait(timeout=120) == 128 + signal.SIGHUP
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] > 0
+
+
 def test_sigterm_saves_a_checkpoint_that_resumes_exactly(ptb_slice, tmp_path, uninterrupted):
     run_dir = tmp_path / "terminated"
     proc = start(run_dir, ptb_slice, "run.checkpoint_every_steps=40")

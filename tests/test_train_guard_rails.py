@@ -602,7 +602,12 @@ def test_a_signal_stop_names_the_signal_once(small, tmp_path, capsys, monkeypatc
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(torch.optim.SGD, "step", step)
-    assert train.main([PTB, *small, f"run.dir={run_dir}"]) == 128 + signal.SIGTERM
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        assert train.main([PTB, *small, f"run.dir={run_dir}"]) == 128 + signal.SIGTERM
+    finally:          # stopped, train.py ignores SIGTERM and SIGHUP on its way out: not this process
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     assert capsys.readouterr().err.strip() == (
         f"stopped: SIGTERM after step 3; saved {run_dir / 'last.pt'}; continue with python train.py "
         f"--resume {run_dir}")
