@@ -8,6 +8,7 @@ own directory.
     python sweep.py configs/ptb/gss.yaml --grid head.c=-1.5,-1,0 --grid head.k=2,2.5,3 --out runs/gss
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --dry-run
     python sweep.py configs/ptb/softmax.yaml --seeds 141 142 --out runs/ptb --mode gpus --gpus 0,1
+    python sweep.py configs/ptb_mini/softmax.yaml --seeds 1 2 3 4 --group 4 --out runs/mini   # 4 seeds in one process
     python sweep.py sweeps/sb_table2_ptb.yaml --mode gpus --runs-per-gpu 3    # 3 at a time a GPU (PTB on an H200: no gain, docs/gpus.md)
     python sweep.py sweeps/cpu_seven_heads.yaml --jobs 2 --out runs/cpu_ptb   # 2 runs at a time on the CPU cores
     python sweep.py sweeps/cpu_converged_d_sweep.yaml --task 3 --nproc 2 --out runs/x   # one run, DDP on 2 cores
@@ -39,7 +40,8 @@ from experiment.cli import ArgumentParser
 from experiment.config import ConfigError
 from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
-from launch.modes import slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local, visible_gpus
+from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
+                          visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
 from launch.runs import (Experiment, describe, finetune_runs, parse_grid, pending_commands, plan_runs,
                          rank_analysis)
@@ -78,6 +80,11 @@ def parse_args(argv=None):
                         help="local mode: N runs at a time, each with an equal share of the CPU cores "
                              "as its threads, output to DIR/sweep.log (default 1: one after another "
                              "in this terminal)")
+    parser.add_argument("--group", type=int, default=1, metavar="G",
+                        help="train the runs G at a time in one process each (train.py --group: "
+                             "runs of the same body shapes and batch layout, one step of all at "
+                             "a time; on a GPU the way to train many seeds; docs/training.md, "
+                             "'Group runs'); with --jobs or --mode gpus, that many groups at a time")
     parser.add_argument("--nproc", type=int, default=1, metavar="N",
                         help="local mode: train each run in N processes with DDP (torchrun "
                              "--standalone; a run resumes only with the N it was started with). On a "
@@ -118,6 +125,10 @@ def parse_args(argv=None):
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     if args.nproc < 1:
         parser.error(f"--nproc: expected an integer >= 1, got {args.nproc}")
+    if args.group < 1:
+        parser.error(f"--group: expected an integer >= 1, got {args.group}")
+    if args.group > 1 and (args.nproc > 1 or args.task is not None or args.mode == "slurm"):
+        parser.error("--group trains several runs in one process: not with --nproc, --task or --mode slurm")
     if args.nproc != 1 and (args.mode != "local" or args.jobs != 1):
         parser.error("--nproc belongs to --mode local with one run at a time (--jobs 1)")
     if args.task is not None and args.mode != "local":
@@ -238,12 +249,13 @@ def write_slurm(args, runs) -> int:
 
 
 def run_all(args, runs) -> dict[str, str]:
-    """Run `runs` in the chosen mode; their outcomes by run directory."""
+    """Run `runs` in the chosen mode (one by one, or in groups); their outcomes by run directory."""
     if not runs:
         return {}
+    items = in_groups(runs, args.group) if args.group > 1 else alone(runs)
     if args.mode == "gpus":
-        return sweep_gpus(runs, args.gpus.split(",") if args.gpus else visible_gpus(), args.runs_per_gpu)
-    return sweep_jobs(runs, args.jobs) if args.jobs > 1 else sweep_local(runs)
+        return sweep_gpus(items, args.gpus.split(",") if args.gpus else visible_gpus(), args.runs_per_gpu)
+    return sweep_jobs(items, args.jobs) if args.jobs > 1 else sweep_local(items)
 
 
 def main(argv=None) -> int:

@@ -73,7 +73,7 @@ def parse_member(text: str, index: int) -> argparse.Namespace:
         raise GroupRefused(f"{where}: empty; expected a config file and overrides, --resume RUN_DIR "
                            f"or --finetune RUN_DIR")
     if words[0] in ("--resume", "--finetune"):
-        if len(words) < 2 or "=" in words[1]:
+        if len(words) < 2:
             raise GroupRefused(f"{where}: {words[0]} needs a run directory")
         setattr(args, words[0][2:], words[1])
         args.overrides = words[2:]

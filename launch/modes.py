@@ -1,6 +1,8 @@
 """The ways to run many planned runs, each through `runs.process` (train -> evaluate -> rank):
 one after another in this terminal, N at a time on this machine's cores or K at a time on each
 GPU (output to DIR/sweep.log), or a Slurm job array whose task i runs the i-th planned run.
+With --group G, the work items are groups of up to G runs that train together in one process
+(`in_groups`, runs.process_group; train.py --group), in each of the local and GPU modes.
 """
 from __future__ import annotations
 
@@ -14,13 +16,57 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import ELSEWHERE, PlannedRun, process
+from .runs import ELSEWHERE, PlannedRun, is_finished, process_group, results_only
 from .stopping import SweepStopped, check as check_stop_signals
 
 
-def sweep_local(runs: Sequence[PlannedRun]) -> dict[str, str]:
-    """One run after another; their output goes to this terminal."""
-    return {str(run.dir): process(run, f"[{run.index + 1}/{run.count}]") for run in runs}
+Item = Sequence[PlannedRun]       # a work item: one run, or a group that trains together
+
+
+def alone(runs: Sequence[PlannedRun]) -> list[Item]:
+    return [[run] for run in runs]
+
+
+def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
+    """The runs as work items: those still to train in groups of up to `size` runs that can
+    train together (the same experiment/group.py SHARED_KEYS and device), filled in plan order,
+    each group where its first run is; the others (trained, or only results) alone."""
+    from experiment.group import SHARED_KEYS, shared_value
+    items: list[list[PlannedRun]] = []
+    open_groups: dict[tuple, list[PlannedRun]] = {}
+    for run in runs:
+        if results_only(run) or finished_safely(run):
+            items.append([run])
+            continue
+        key = (*(shared_value(run.config, k) for k in SHARED_KEYS), run.config.run.device)
+        group = open_groups.get(key)
+        if group is None or len(group) == size:
+            group = open_groups[key] = []
+            items.append(group)
+        group.append(run)
+    return items
+
+
+def finished_safely(run: PlannedRun) -> bool:
+    """is_finished, and True for a run whose last.pt cannot be read (processed alone, where its
+    error is reported)."""
+    try:
+        return is_finished(run)
+    except LaunchError:
+        return True
+
+
+def tag_of(item: Item) -> str:
+    count = item[0].count
+    return f"[{', '.join(str(run.index + 1) for run in item)}/{count}]"
+
+
+def sweep_local(items: Sequence[Item]) -> dict[str, str]:
+    """One run (or group) after another; their output goes to this terminal."""
+    outcomes: dict[str, str] = {}
+    for item in items:
+        outcomes.update(process_group(item, tag_of(item)))
+    return outcomes
 
 
 def visible_gpus() -> list[str]:
@@ -30,13 +76,13 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: int = 1) -> dict[str, str]:
+def sweep_gpus(items: Sequence[Item], gpus: Sequence[str], runs_per_gpu: int = 1) -> dict[str, str]:
     """`runs_per_gpu` workers per GPU, each taking the next waiting run, so that each GPU trains
     that many runs at a time (benchmarks/bench_parallel.py measures what several give: nothing
     for the PTB Softmax on an H200, docs/gpus.md; smaller models may gain); output goes to
     DIR/sweep.log. Where torch sees no GPU it refuses, unless every run says run.device=cpu (the
     runs would train on the CPU, each in its own process)."""
-    if not torch.cuda.is_available() and any(run.config.run.device != "cpu" for run in runs):
+    if not torch.cuda.is_available() and any(run.config.run.device != "cpu" for item in items for run in item):
         raise LaunchError("--mode gpus: torch sees no GPU on this machine; give run.device=cpu to "
                           "train on its CPU anyway, or use --mode local (--jobs N: N runs at a time)")
     if not gpus:
@@ -45,7 +91,7 @@ def sweep_gpus(runs: Sequence[PlannedRun], gpus: Sequence[str], runs_per_gpu: in
         raise LaunchError(f"--runs-per-gpu: expected an integer >= 1, got {runs_per_gpu}")
     workers = [(f"[gpu {gpu}]", {**os.environ, "CUDA_VISIBLE_DEVICES": gpu})
                for gpu in gpus for _ in range(runs_per_gpu)]
-    return run_in_parallel(runs, workers)
+    return run_in_parallel(items, workers)
 
 
 def cpu_count() -> int:
@@ -61,7 +107,7 @@ def thread_share(jobs: int, cores: int) -> int:
     return max(1, cores // jobs)
 
 
-def sweep_jobs(runs: Sequence[PlannedRun], jobs: int) -> dict[str, str]:
+def sweep_jobs(items: Sequence[Item], jobs: int) -> dict[str, str]:
     """`jobs` runs at a time on this machine, each with its share of the cores as its torch
     threads (OMP_NUM_THREADS): on a CPU several small runs use the cores better than one
     (benchmarks/bench_parallel.py); output goes to DIR/sweep.log."""
@@ -69,30 +115,31 @@ def sweep_jobs(runs: Sequence[PlannedRun], jobs: int) -> dict[str, str]:
         raise LaunchError(f"--jobs: expected an integer >= 1, got {jobs}")
     threads = str(thread_share(jobs, cpu_count()))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    return run_in_parallel(runs, [(f"[job {i + 1}]", env) for i in range(jobs)])
+    return run_in_parallel(items, [(f"[job {i + 1}]", env) for i in range(jobs)])
 
 
-def run_in_parallel(runs: Sequence[PlannedRun], workers: Sequence[tuple[str, dict]]) -> dict[str, str]:
-    """One thread per (tag, environment) worker, each taking the next waiting run until none is
-    left (or a stop signal came: SweepStopped once the runs under way have stopped); each run's
-    output goes to DIR/sweep.log, its outcome to this terminal."""
+def run_in_parallel(items: Sequence[Item], workers: Sequence[tuple[str, dict]]) -> dict[str, str]:
+    """One thread per (tag, environment) worker, each taking the next waiting run (or group)
+    until none is left (or a stop signal came: SweepStopped once the runs under way have
+    stopped); each run's output goes to DIR/sweep.log, its outcome to this terminal."""
     waiting: queue.Queue = queue.Queue()
-    for run in runs:
-        waiting.put(run)
+    for item in items:
+        waiting.put(item)
     outcomes: dict[str, str] = {}
 
     def worker(tag: str, env: dict) -> None:
         while True:
             try:
-                run = waiting.get_nowait()
+                item = waiting.get_nowait()
             except queue.Empty:
                 return
             try:
-                outcome = process(run, tag, env, log_to_run_dir=True)
+                ended = process_group(item, tag, env, log_to_run_dir=True)
             except SweepStopped:             # a stop signal: take no more runs
                 return
-            outcomes[str(run.dir)] = outcome
-            print(f"{tag} {run.dir}: {outcome}", flush=True)
+            outcomes.update(ended)
+            for run_dir, outcome in ended.items():
+                print(f"{tag} {run_dir}: {outcome}", flush=True)
 
     threads = [threading.Thread(target=worker, args=worker_args, daemon=True) for worker_args in workers]
     for thread in threads:

@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -354,16 +355,19 @@ def pending_commands(run: PlannedRun) -> list[list[str]]:
 # ---------------------------------------------------------------------- running
 
 def run_command(command: list[str], env: dict | None = None, log: IO | None = None,
-                account: Path | None = None) -> int:
+                account: Path | Sequence[Path] | None = None) -> int:
     """Run one command to its end; its exit code. With `account`, append to that file the
     command's script, its CPU seconds (user and system, from wait4: the process and the
-    children it waited for) and its wall seconds, also when a signal stopped it. The sweep's
+    children it waited for) and its wall seconds, also when a signal stopped it; with several
+    files (the runs of a group, trained by one command), each its equal share. The sweep's
     stop signals are passed on to the command, which then ends the sweep (SweepStopped,
     launch/stopping.py)."""
     started = time.time()
     with stopping.start(command, env=env, stdout=log, stderr=subprocess.STDOUT if log else None) as proc:
         code, usage = _wait(proc)
-    record_cpu_time(account, command, usage, started)
+    accounts = [account] if isinstance(account, Path) or account is None else list(account)
+    for path in accounts:
+        record_cpu_time(path, command, usage, started, share=len(accounts))
     stopping.ended(proc)
     return code
 
@@ -412,17 +416,19 @@ def script_name(command: list[str]) -> str:
                 command[1] if len(command) > 1 else command[0])
 
 
-def record_cpu_time(path: Path | None, command: list[str], usage, started: float) -> None:
+def record_cpu_time(path: Path | None, command: list[str], usage, started: float, share: int = 1) -> None:
     """Append the command's line to `path` (a run's cpu_times.jsonl): its CPU seconds from
-    `usage` (ru_utime, ru_stime), its wall seconds since `started`."""
+    `usage` (ru_utime, ru_stime), its wall seconds since `started`; a group of `share` runs
+    records each run's equal part, and `group` says how many shared it."""
     if path is None or usage is None or not path.parent.is_dir():
         return
     script = script_name(command)
     record = {"script": script,
-              "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "user_s": round(usage.ru_utime, 2),
-              "sys_s": round(usage.ru_stime, 2), "wall_s": round(time.time() - started, 2),
+              "cpu_s": round((usage.ru_utime + usage.ru_stime) / share, 2),
+              "user_s": round(usage.ru_utime / share, 2), "sys_s": round(usage.ru_stime / share, 2),
+              "wall_s": round((time.time() - started) / share, 2),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-              "processor": processor_name()}
+              "processor": processor_name(), **({"group": share} if share > 1 else {})}
     if script == "train.py":      # its epochs' CPU time is in metrics.jsonl: analysis/cost.py counts it there
         record["cpu_in_metrics"] = True
     with open(path, "a", encoding="utf-8") as f:
@@ -481,42 +487,118 @@ def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: 
     """Work out and run what is left of one run; its outcome (see `execute`, "skipped", or
     ELSEWHERE when another process works on it). A run that failed before its training wrote
     anything leaves no directory behind that the sweep made for it."""
-    made = list(itertools.takewhile(lambda p: not p.exists(), (run.dir, *run.dir.parents)))
-    try:
-        with claimed(run.dir) as ours:
+    return process_group([run], tag, env, log_to_run_dir)[str(run.dir)]
+
+
+def process_group(runs: Sequence[PlannedRun], tag: str, env: dict | None = None,
+                  log_to_run_dir: bool = False) -> dict[str, str]:
+    """`process` for runs that train together (sweep.py --group: one train.py --group command
+    for those of them whose training is pending, then each one's evaluation and analyses as
+    alone); their outcomes by run directory."""
+    made = {run.dir: list(itertools.takewhile(lambda p: not p.exists(), (run.dir, *run.dir.parents)))
+            for run in runs}
+    outcomes, pending = {}, []
+    with contextlib.ExitStack() as claims:
+        for run in runs:
+            try:
+                ours = claims.enter_context(claimed(run.dir))
+            except OSError as e:
+                print(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})", flush=True)
+                outcomes[str(run.dir)] = f"failed: cannot claim {run.dir} ({e.strerror or e})"
+                continue
             if not ours:
                 print(f"{tag} {run.dir}: {ELSEWHERE}: skip", flush=True)
-                return ELSEWHERE
-            outcome = process_claimed(run, tag, env, log_to_run_dir)
+                outcomes[str(run.dir)] = ELSEWHERE
+                continue
+            try:
+                commands = pending_commands(run)
+            except LaunchError as e:     # one bad run directory must not stop the others
+                print(f"{tag} {run.dir}: {e}", flush=True)
+                outcomes[str(run.dir)] = f"failed: {e}"
+                continue
+            print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
+            if commands:
+                pending.append((run, commands))
+            else:
+                outcomes[str(run.dir)] = "skipped"
+        training = [(run, commands) for run, commands in pending if trains_alone(commands)]
+        if len(training) < 2:
+            training = []
+        trained = train_together(training, tag, env, log_to_run_dir) if training else {}
+        for run, commands in pending:
+            if run.dir in trained:
+                outcome, commands = trained[run.dir], commands[1:]
+                if outcome != "done" or not commands:
+                    outcomes[str(run.dir)] = outcome
+                    continue
+            outcomes[str(run.dir)] = run_logged(run, commands, env, log_to_run_dir)
+        for run in runs:
+            outcome = outcomes[str(run.dir)]
             if outcome.startswith("failed") and locked_by_another_process(run.dir):
-                return ELSEWHERE
-            if outcome.startswith("failed") and made:
-                remove_if_unused(run.dir, made)
-            return outcome
-    except OSError as e:
-        print(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})", flush=True)
-        return f"failed: cannot claim {run.dir} ({e.strerror or e})"
+                outcomes[str(run.dir)] = ELSEWHERE
+            elif outcome.startswith("failed") and made[run.dir]:
+                remove_if_unused(run.dir, made[run.dir])
+    return outcomes
 
 
-def process_claimed(run: PlannedRun, tag: str, env: dict | None, log_to_run_dir: bool) -> str:
-    """`process` once this sweep holds the run's claim."""
-    try:
-        commands = pending_commands(run)
-        print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
-        if not commands:
-            return "skipped"
-        if not log_to_run_dir:
-            return execute(run, commands, env)
-        run.dir.mkdir(parents=True, exist_ok=True)
-        with open(run.dir / "sweep.log", "a", encoding="utf-8") as log:
-            outcome = execute(run, commands, env, log)
-        if outcome.startswith("failed"):         # why, from its log, which may not stay
-            lines = (run.dir / "sweep.log").read_text(encoding="utf-8", errors="replace").split("\n")
-            outcome += next((f" ({line.strip()})" for line in reversed(lines) if line.strip()), "")
-        return outcome
-    except LaunchError as e:      # one bad run directory must not stop the others
-        print(f"{tag} {run.dir}: {e}", flush=True)
-        return f"failed: {e}"
+def trains_alone(commands: list[list[str]]) -> bool:
+    """The run's first command is a plain train.py (not under torchrun): it can join a group."""
+    return bool(commands) and commands[0][1:2] == [str(SCRIPTS["train"])]
+
+
+def run_logged(run: PlannedRun, commands: list[list[str]], env: dict | None, log_to_run_dir: bool) -> str:
+    """`execute`, its output in the terminal or in RUN/sweep.log (and then a failure's reason
+    from the log's last line, as the log may not stay)."""
+    if not log_to_run_dir:
+        return execute(run, commands, env)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    with open(run.dir / "sweep.log", "a", encoding="utf-8") as log:
+        outcome = execute(run, commands, env, log)
+    if outcome.startswith("failed"):
+        lines = (run.dir / "sweep.log").read_text(encoding="utf-8", errors="replace").split("\n")
+        outcome += next((f" ({line.strip()})" for line in reversed(lines) if line.strip()), "")
+    return outcome
+
+
+GROUP_EXIT = "group_exit.json"      # experiment/group.py: how a run ended in its group
+
+
+def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str, env: dict | None,
+                   log_to_run_dir: bool) -> dict[Path, str]:
+    """One `train.py --group` command for the runs' pending trainings (each its train.py
+    arguments, quoted); each run's training outcome, read from its group_exit.json: "done",
+    "incomplete" or "failed: ..."."""
+    runs = [run for run, _ in training]
+    command = [sys.executable, str(SCRIPTS["train"]), "--group",
+               *[shlex.join(commands[0][2:]) for _, commands in training]]
+    print(f"{tag} training {len(runs)} runs as one group: {', '.join(run.name for run in runs)}", flush=True)
+    accounts = [run.dir / CPU_TIMES for run in runs]
+    started = time.time()
+    if log_to_run_dir:
+        for run in runs:
+            run.dir.mkdir(parents=True, exist_ok=True)
+        for run in runs[1:]:
+            with open(run.dir / "sweep.log", "a", encoding="utf-8") as log:
+                log.write(f"trained in a group; the group's output is in {runs[0].dir / 'sweep.log'}\n")
+        with open(runs[0].dir / "sweep.log", "a", encoding="utf-8") as log:
+            code = run_command(command, env, log, account=accounts)
+    else:
+        code = run_command(command, env, account=accounts)
+    trained = {}
+    for run in runs:
+        path = run.dir / GROUP_EXIT
+        try:                                   # this group's record (not an earlier sitting's)
+            ended = json.loads(path.read_text(encoding="utf-8"))["exit_code"] \
+                if path.stat().st_mtime >= started else None
+        except (OSError, ValueError, KeyError, TypeError):
+            ended = None                       # the group did not start, or did not end its runs
+        if ended is None or not (run.dir / "last.pt").is_file():
+            trained[run.dir] = f"failed: train.py --group exited with {code}"
+        elif ended != 0:
+            trained[run.dir] = f"failed: train.py exited with {ended} (in a group)"
+        else:
+            trained[run.dir] = "done" if is_finished(run) else "incomplete"
+    return trained
 
 
 # What a sweep and a refused train.py leave in a run directory: with nothing else there, the run

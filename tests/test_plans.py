@@ -103,7 +103,9 @@ def in_process(command, env=None, log=None, account=None) -> int:
     code = script.main(command[2:])
     ended = resource.getrusage(resource.RUSAGE_SELF)
     used = SimpleNamespace(ru_utime=ended.ru_utime - started.ru_utime, ru_stime=ended.ru_stime - started.ru_stime)
-    launch_runs.record_cpu_time(account, command, used, wall)
+    accounts = [account] if account is None or isinstance(account, Path) else list(account)
+    for path in accounts:
+        launch_runs.record_cpu_time(path, command, used, wall, share=len(accounts))
     return code
 
 
@@ -147,6 +149,55 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
         assert f"+ python report.py {shlex.join(arguments)}" in printed
         written = Path(arguments[arguments.index("--out") + 1])
         assert list(written.parent.glob(written.name + "*")), arguments   # PREFIX.md, .png, ...
+
+
+CPU_PLANS = sorted(Path("sweeps").glob("cpu_*.yaml"))
+TIMES = ("seconds", "cpu_seconds", "cpu_s", "wall_s", "user_s", "sys_s", "started")
+
+
+def results_without_times(run_dir: Path, root: Path) -> dict:
+    """A run directory's result files (metrics, evaluations, ranks) as data, their timings left
+    out and the sweep's folder `root` taken out of the paths they name."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMES}
+        if isinstance(value, str):
+            return value.replace(str(root), "ROOT")
+        return [strip(v) for v in value] if isinstance(value, list) else value
+    found = {}
+    for path in sorted(run_dir.rglob("*.json*")):
+        if path.name in ("run.json", "group_exit.json", "cpu_times.jsonl"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+        found[str(path.relative_to(run_dir))] = [strip(json.loads(line)) for line in lines]
+    return found
+
+
+@pytest.mark.parametrize("plan", CPU_PLANS, ids=lambda p: p.stem)
+def test_the_cpu_plans_trained_in_groups_give_the_result_files_of_their_runs_alone(
+        plan, plan_data, tmp_path, monkeypatch, capsys):
+    """sweep.py --group 3 on a CPU plan (tiny, 2 seeds of each experiment, the finetuning stage
+    where it has one): every run trained in a group, and every result file as without --group."""
+    monkeypatch.setattr(launch_runs, "run_command", in_process)
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)      # eager kernels, as above
+    loaded = load_plan(plan)
+    varied = {key for e in loaded.experiments for key, _ in e.grid}
+    tiny = [o for o in TINY if o.split("=", 1)[0] not in varied]
+    tiny += ["model.nhidlast=null"] if "model.emsize" in varied else []
+    small = [f"data.data_dir={plan_data}", *tiny, "train.epochs=1", "train.small_batch_size=null",
+             "--seeds", "1", "2", "--limit", "2"]
+    alone, grouped = tmp_path / "alone", tmp_path / "grouped"
+    assert sweep.main([str(plan), *small, "--out", str(alone)]) == 0
+    capsys.readouterr()
+    assert sweep.main([str(plan), *small, "--out", str(grouped), "--group", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "runs as one group" in printed
+    runs = sorted(p.parent.relative_to(grouped) for p in grouped.rglob("eval_best.json"))
+    assert runs == sorted(p.parent.relative_to(alone) for p in alone.rglob("eval_best.json")) and runs
+    in_groups = [run for run in runs if (grouped / run / "group_exit.json").is_file()]
+    assert len(in_groups) >= len(runs) - 2      # every run but a plan's last of its kind
+    for run in runs:
+        assert results_without_times(grouped / run, grouped) == results_without_times(alone / run, alone), run
 
 
 def test_a_rerun_plan_skips_what_is_done(plan_data, tmp_path, monkeypatch, capsys):

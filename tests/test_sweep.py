@@ -593,3 +593,45 @@ def test_the_processor_is_named_with_its_family_and_model_where_cpuinfo_has_them
     assert launch_runs.processor_from_cpuinfo(cpuinfo) == "AMD EPYC (family 25, model 17)"
     assert launch_runs.processor_from_cpuinfo("processor\t: 0\nmodel name\t: ARMv8 Processor\n") == "ARMv8 Processor"
     assert launch_runs.processor_from_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") is None
+
+
+# ---------------------------------------------------------------------- --group
+
+def test_group_trains_compatible_runs_together_and_resumes_what_is_left(overrides, tmp_path, monkeypatch):
+    """--group 2 over three seeds and a run of two layers: seeds 1 and 2 train in one
+    train.py --group, seed 3 and the wider run alone (nothing else shares their shapes); each is
+    evaluated as alone. Stopped by run.max_steps and run again, the group resumes its runs."""
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\nexperiments:\n"
+                    "  - config: configs/ptb/softmax.yaml\n    seeds: [1, 2, 3]\n"
+                    "  - config: configs/ptb/softmax.yaml\n    grid: {model.nlayers: [2]}\n", encoding="utf-8")
+    out = tmp_path / "runs"
+    argv = [str(plan), *overrides, "--out", str(out), "--group", "2"]
+    assert sweep.main([*argv, "run.max_steps=5"]) == 0
+    trainings = [c for c in commands if Path(c[1]).name == "train.py"]
+    assert len(trainings) == 3 and trainings[0][2] == "--group" and len(trainings[0]) == 5
+    assert all("--group" not in c for c in trainings[1:])
+    commands.clear()
+    assert sweep.main(argv) == 0
+    resumed = [c for c in commands if Path(c[1]).name == "train.py"]
+    assert resumed[0][2] == "--group" and resumed[0][3].startswith("--resume ")
+    for seed in (1, 2, 3):
+        assert (out / f"ptb-softmax-seed{seed}" / "eval_best.json").is_file()
+    assert json.loads((out / "ptb-softmax-seed2" / "run.json").read_text())["groups"][1]["joined_at"]["step"] == 5
+    assert not (out / "ptb-softmax-seed3" / "group_exit.json").exists()
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--group", "0"], "--group: expected an integer >= 1, got 0"),
+    (["--group", "2", "--nproc", "2"], "--group trains several runs in one process: not with --nproc"),
+    (["--group", "2", "--task", "0"], "--group trains several runs in one process: not with --nproc, --task"),
+    (["--group", "2", "--mode", "slurm"], "not with --nproc, --task or --mode slurm"),
+])
+def test_group_refusals_are_one_line(extra, expected, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        sweep.main([CONFIG, "--out", "x", *extra])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err

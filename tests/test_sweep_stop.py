@@ -1,5 +1,5 @@
 """A stopped sweep leaves no training behind: SIGTERM, SIGINT or SIGHUP to sweep.py alone, in
-each of its modes that runs on a CPU (one after another, --jobs, --mode gpus with run.device=cpu,
+each of its modes that runs on a CPU (one after another, --jobs, --mode gpus with run.device=cpu, --group,
 --nproc under torchrun, a Slurm array task's --task), reaches every process it started; each
 training saves last.pt, sweep.py exits with 128 + the signal once they have ended, no process
 of the sweep is left, and the same command then resumes the runs to their end.
@@ -223,3 +223,13 @@ def test_torchrun(overrides, tmp_path, start_sweep):
     trained = stop(proc, signal.SIGHUP, tmp_path, [run], read_until_training(proc))
     assert f"continue with torchrun (with 2 processes in all) train.py --resume {run}" in trained
     rerun(arguments, tmp_path, [run], runs=1)
+
+
+def test_a_group(overrides, tmp_path, start_sweep):
+    """--group 2: both runs train in one train.py --group; the signal stops it, and each run
+    saves its last.pt."""
+    arguments = [CONFIG, *overrides, "--seeds", "1", "2", "--out", str(tmp_path), "--group", "2"]
+    proc = start_sweep(arguments)
+    trained = stop(proc, signal.SIGTERM, tmp_path, two_runs(tmp_path), read_until_training(proc))
+    assert "training 2 runs as one group" in trained
+    rerun(arguments, tmp_path, two_runs(tmp_path), runs=2)
