@@ -14,8 +14,8 @@ The goals (issue 44): on an H100 or H200 in IEEE float32, the miniature at G = 1
 the solo run's tokens/s and PTB's shapes at G = 4 at least 2x.
 
 --cpu-pair: on a CPU with two cores, a group of 2 at 2 threads (the solo step side by side) against
-two solo runs at one thread each (counted as twice one solo run's tokens/s at one thread: what
-two processes give at best). The goal: at least 0.9x.
+two solo runs at one thread each, training at the same time in two processes (as sweep.py --jobs 2
+runs them), in turn over a few rounds. The goal: at least 0.9x.
 
 --plan: for every run of a plan (its configs and overrides, seeds as planned), the solo step's
 time, and the step of all of them as one group: what training the plan in one group would cost
@@ -84,21 +84,40 @@ def shapes_table(args, device: torch.device, kind: str) -> None:
 
 
 def cpu_pair(args) -> None:
-    """A group of 2 at 2 threads against two solo runs at one thread each."""
+    """A group of 2 at 2 threads against two solo runs at one thread each, training at once in two
+    processes (benchmarks/bench_parallel.py's concurrent runs, on the PTB corpus), in turn for
+    --rounds rounds (a drift of the machine's speed hits both alike). The group's solo steps
+    both ways: side by side (a thread of one core each, experiment/group.py's SideBySide) and one
+    after another (each on both cores)."""
+    import os
+    from argparse import Namespace
+    from benchmarks.bench_parallel import concurrent_runs
+    from data import load_corpus
     config = SHAPES["mini"][0]
     device = torch.device("cpu")
-    corpus = random_corpus(STEPS_OF_STREAM * 20 * 70)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    one = tokens_per_second(TrainerStep(config, corpus, device, args.overrides), args, device)
+    corpus = load_corpus("ptb")
     torch.set_num_threads(2)
-    group = GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=2)
-    pair = tokens_per_second(group, args, device)
-    group.close()
-    torch.set_num_threads(threads)
-    print(f"\nCPU pair ({config}): one solo run at 1 thread {one:,.0f} tokens/s; two of them at best "
-          f"{2 * one:,.0f}; a group of 2 at 2 threads {pair:,.0f} tokens/s: {pair / (2 * one):.2f}x "
-          f"(goal: at least 0.90x)")
+    groups = {"side by side": GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=2),
+              "one after another": GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=1)}
+    workers = Namespace(device="cpu", config=config, steps=args.steps, warmup=args.warmup, go=None,
+                        overrides=list(args.overrides))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    ratios: dict[str, list[float]] = {name: [] for name in groups}
+    for round_ in range(args.rounds):
+        two = concurrent_runs(2, workers, env)
+        line = f"round {round_ + 1}: two solo runs at 1 thread each, at once: {two:,.0f} tokens/s"
+        for name, group in groups.items():
+            torch.set_num_threads(2)
+            pair = tokens_per_second(group, args, device)
+            ratios[name].append(pair / two)
+            line += f"; a group of 2 at 2 threads, {name}: {pair:,.0f} ({pair / two:.2f}x)"
+        print(line, flush=True)
+    for name, group in groups.items():
+        group.close()
+        found = sorted(ratios[name])
+        print(f"\nCPU pair ({config}, {args.steps} steps after {args.warmup}, {args.rounds} rounds), {name}: "
+              f"{found[len(found) // 2]:.2f}x the two solo runs' tokens/s (median; {found[0]:.2f}-"
+              f"{found[-1]:.2f}x; goal: at least 0.90x)")
 
 
 def plan_table(args, device: torch.device, kind: str) -> None:
@@ -139,10 +158,11 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="timed steps per row (default 10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
-    parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row")
+    parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row (reads PTB: AWD_DATA_DIR)")
+    parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     args = parser.parse_args(argv)
-    for name in ("steps", "threads"):
+    for name in ("steps", "threads", "rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name}: expected an integer >= 1, got {value}")

@@ -187,8 +187,14 @@ class SideBySide:
         from train import steps_one_by_one
         if self.pool is None:
             return steps_one_by_one(trainers)
-        torch.set_num_threads(max(1, self.threads // len(trainers)))
-        return list(self.pool.map(lambda t: steps_one_by_one([t])[0], trainers))
+        share = max(1, self.threads // len(trainers))
+
+        def step(trainer):
+            # Per thread: OpenMP's thread count is each thread's own setting, and a worker left
+            # at the default would run every operation on all the cores, against the others.
+            torch.set_num_threads(share)
+            return steps_one_by_one([trainer])[0]
+        return list(self.pool.map(step, trainers))
 
     def close(self) -> None:
         torch.set_num_threads(self.threads)
