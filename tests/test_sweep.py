@@ -473,6 +473,9 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     (["--nproc", "0"], "--nproc: expected an integer >= 1, got 0"),
     (["--nproc", "2", "--jobs", "2"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
     (["--nproc", "2", "--mode", "slurm"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
+    (["--group", "0"], "--group: expected an integer >= 1, got 0"),
+    *[(["--group", "2", *other], "--group trains several runs in one process: not with --nproc, --task or "
+                                 "--mode slurm") for other in (["--nproc", "2"], ["--task", "0"], ["--mode", "slurm"])],
 ])
 def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -621,17 +624,3 @@ def test_group_trains_compatible_runs_together_and_resumes_what_is_left(override
         assert (out / f"ptb-softmax-seed{seed}" / "eval_best.json").is_file()
     assert json.loads((out / "ptb-softmax-seed2" / "run.json").read_text())["groups"][1]["joined_at"]["step"] == 5
     assert not (out / "ptb-softmax-seed3" / "group_exit.json").exists()
-
-
-@pytest.mark.parametrize("extra, expected", [
-    (["--group", "0"], "--group: expected an integer >= 1, got 0"),
-    (["--group", "2", "--nproc", "2"], "--group trains several runs in one process: not with --nproc"),
-    (["--group", "2", "--task", "0"], "--group trains several runs in one process: not with --nproc, --task"),
-    (["--group", "2", "--mode", "slurm"], "not with --nproc, --task or --mode slurm"),
-])
-def test_group_refusals_are_one_line(extra, expected, capsys):
-    with pytest.raises(SystemExit) as stopped:
-        sweep.main([CONFIG, "--out", "x", *extra])
-    assert stopped.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert expected in err and "\n" not in err
