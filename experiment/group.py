@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
+from model import count_parameters
 from model.group import grouped_forward
 from model.random_stream import RandomStream
 from .distributed import World
 from .progress import TrainingProgress
 from .run_directory import RunDirectoryError, write_text_atomic
-from model import count_parameters
 from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
 
 # What every member of a group must share: the bodies are computed together (shapes, batch
@@ -53,8 +53,7 @@ SHARED_KEYS = ("data.dataset", "model.emsize", "model.nhid", "model.nhidlast", "
                "train.batch_size", "train.small_batch_size", "train.bptt", "train.eval_batch_size",
                "train.test_batch_size", "run.tf32", "run.deterministic")
 
-STEP_CHOICES = ("auto", "batched", "solo")
-EXIT_FILE = "group_exit.json"
+EXIT_FILE = "group_exit.json"          # how a run ended in its group (sweep.py reads it)
 
 
 class GroupRefused(Exception):

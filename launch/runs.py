@@ -36,6 +36,7 @@ from typing import IO, Sequence
 import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
+from experiment.group import EXIT_FILE
 from experiment.progress import TrainingProgress
 from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock,
                                      finetune_config, run_name)
@@ -560,9 +561,6 @@ def run_logged(run: PlannedRun, commands: list[list[str]], env: dict | None, log
     return outcome
 
 
-GROUP_EXIT = "group_exit.json"      # experiment/group.py: how a run ended in its group
-
-
 def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str, env: dict | None,
                    log_to_run_dir: bool) -> dict[Path, str]:
     """One `train.py --group` command for the runs' pending trainings (each its train.py
@@ -586,7 +584,7 @@ def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str,
         code = run_command(command, env, account=accounts)
     trained = {}
     for run in runs:
-        path = run.dir / GROUP_EXIT
+        path = run.dir / EXIT_FILE
         try:                                   # this group's record (not an earlier sitting's)
             ended = json.loads(path.read_text(encoding="utf-8"))["exit_code"] \
                 if path.stat().st_mtime >= started else None
