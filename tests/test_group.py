@@ -333,3 +333,35 @@ def test_a_group_is_refused_under_torchrun(monkeypatch, capsys, tiny, tmp_path):
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert train.main(group(member("softmax", 1, tmp_path / "a", *tiny))) == 2
     assert "not torchrun" in capsys.readouterr().err
+
+
+def test_a_full_disk_stops_the_group_in_one_line_and_keeps_every_last_pt(tiny, tmp_path, capsys, monkeypatch):
+    """The first last.pt of each run fits (step 3), the next write does not (step 6): the group
+    stops (exit 1, one line naming the file and how to continue), each run's last.pt as it was."""
+    from conftest import enospc_after
+    real_save, full, calls = torch.save, enospc_after(4096), {"n": 0}
+
+    def save(obj, f):
+        calls["n"] += 1
+        (real_save if calls["n"] <= 2 else full)(obj, f)
+    monkeypatch.setattr(torch, "save", save)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    schedule = [*tiny, "run.checkpoint_every_steps=3"]
+    assert train.main(group(*[member("softmax", s, d, *schedule) for s, d in zip((1, 2), dirs)], step="solo")) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: cannot write {dirs[0] / 'last.pt'} (No space left on device)")
+    assert "the group stopped (each run continues from its last.pt: python train.py --group" in err
+    assert [last(d)["progress"]["step"] for d in dirs] == [3, 3]
+
+
+def test_a_run_directory_in_use_refuses_the_group_and_leaves_nothing(tiny, tmp_path, capsys):
+    from experiment.run_directory import RunLock
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with RunLock(busy):
+        assert train.main(group(member("softmax", 1, tmp_path / "new", *tiny),
+                                member("softmax", 2, busy, *tiny))) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: {busy} is in use by PID {os.getpid()}")
+    assert not (tmp_path / "new").exists()          # made by the refused group: removed
+    assert sorted(p.name for p in busy.iterdir()) == [".lock"]
