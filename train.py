@@ -6,6 +6,8 @@
     python train.py --resume runs/x                             # continue an interrupted run
     python train.py --finetune runs/x                           # AWD-LSTM's second stage
     torchrun --nproc_per_node 4 train.py configs/wt2/mos.yaml   # one run on 4 GPUs (DDP)
+    python train.py --group "configs/ptb_mini/softmax.yaml train.seed=1" "configs/ptb_mini/mos.yaml"
+                                                                # several runs in lockstep, one process
 
 One optimizer step:
   1. draw seq_len (variable BPTT) and scale every param group's lr by seq_len / bptt;
@@ -25,9 +27,15 @@ columns and cuts it into chunks of `small_batch_size`; each chunk's loss keeps i
 share of the whole batch, and the gradients are summed across processes before step 3, which
 every process then takes alike. Rank 0 validates and writes the run directory.
 
+The loop (`train_runs`) takes one step of every run it trains at a time: a run alone, or a
+group's runs (--group), whose steps experiment/group.py takes together: each run's step is the
+same 1-3 in phases (begin_step, chunk_loss, update, end_step), its bodies computed in one batched
+pass on a GPU (model/group.py), and each run validates when its own epoch ends.
+
 Around the algorithm, in experiment/: which run a command line means and the checks before it
 starts (training_run.py), what best.pt and last.pt hold (checkpoint.py), what is shown and
-logged (progress.py), the averaged SGD and the averaged weights (averaged_sgd.py).
+logged (progress.py), the averaged SGD and the averaged weights (averaged_sgd.py), group runs
+(group.py).
 """
 from __future__ import annotations
 
