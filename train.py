@@ -52,6 +52,7 @@ from data.batching import SequenceLengthSampler, batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer
 from experiment.config import Config
+from experiment.loading import device_name
 from experiment.distributed import DistributedError, World, exit_process
 from evaluation.loop import evaluate_nll
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, clock,
@@ -446,8 +447,8 @@ def start_trainer(run: PreparedRun, world: World, random_stream=None, label: str
         write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())
         if run.resume_ckpt is None:
             write_text_atomic(run.run_dir / "run.json", json.dumps(
-                {**run.identity, "device": str(run.device), "world_size": world.size,
-                 "torch": torch.__version__}, indent=1) + "\n")
+                {**run.identity, "device": str(run.device), "device_name": device_name(run.device),
+                 "world_size": world.size, "torch": torch.__version__}, indent=1) + "\n")
     return trainer
 
 

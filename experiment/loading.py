@@ -1,7 +1,9 @@
 """Device choice and loading a trained model from a run directory or checkpoint file."""
 from __future__ import annotations
 
+import functools
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,42 @@ def select_device(name: str = "auto", option: str = "run.device") -> torch.devic
         raise ConfigError(f"{option}: 'mps' requested but the Apple MPS backend is not available "
                           f"here (it needs macOS on Apple silicon and a PyTorch built with MPS)")
     return device
+
+
+@functools.lru_cache(maxsize=None)
+def processor_name() -> str:
+    """The CPU's model name, so that CPU times from different machines are not compared unawares
+    (read once: every command's line names it)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    return processor_from_cpuinfo(text) or platform.processor() or platform.machine() or "unknown"
+
+
+def processor_from_cpuinfo(text: str) -> str | None:
+    """The first processor's model name in /proc/cpuinfo's `text`. A virtual machine may report
+    a bare "AMD EPYC" for processors of several generations, so the x86 family and model
+    numbers follow it where they are given: "AMD EPYC (family 25, model 17)"."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if not key.strip():
+            break                               # the end of the first processor's block
+        fields.setdefault(key.strip(), value.strip())
+    if "model name" not in fields:
+        return None
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
+    return fields["model name"]
+
+
+def device_name(device: torch.device) -> str:
+    """What run.json records of where a run trained: the device and its model (the GPU's name,
+    or the processor's), so that reports can say which runs of a cell came from which machine."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"{device} ({processor_name()})" if device.type == "cpu" else str(device)
 
 
 def set_float32_precision(tf32: bool) -> None:

@@ -20,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import functools
 import itertools
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -37,6 +35,7 @@ import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.group import EXIT_FILE
+from experiment.loading import processor_name
 from experiment.progress import TrainingProgress
 from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock,
                                      finetune_config, run_name)
@@ -380,34 +379,6 @@ def _wait(proc: subprocess.Popen):
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage
-
-
-@functools.lru_cache(maxsize=None)
-def processor_name() -> str:
-    """The CPU's model name, so that CPU times from different machines are not compared unawares
-    (read once: every command's line names it)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        text = ""
-    return processor_from_cpuinfo(text) or platform.processor() or platform.machine() or "unknown"
-
-
-def processor_from_cpuinfo(text: str) -> str | None:
-    """The first processor's model name in /proc/cpuinfo's `text`. A virtual machine may report
-    a bare "AMD EPYC" for processors of several generations, so the x86 family and model
-    numbers follow it where they are given: "AMD EPYC (family 25, model 17)"."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if not key.strip():
-            break                               # the end of the first processor's block
-        fields.setdefault(key.strip(), value.strip())
-    if "model name" not in fields:
-        return None
-    if "cpu family" in fields and "model" in fields:
-        return f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
-    return fields["model name"]
 
 
 def script_name(command: list[str]) -> str:

@@ -27,6 +27,7 @@ from experiment.run_directory import run_name
 from launch import LaunchError
 from launch import modes as launch_modes
 from launch import runs as launch_runs
+from experiment.loading import processor_from_cpuinfo
 from launch.runs import parse_grid, run_command
 from tests.conftest import TINY
 
@@ -593,9 +594,9 @@ def test_the_processor_is_named_with_its_family_and_model_where_cpuinfo_has_them
     # machine, at different CPU times per epoch: the family and model numbers tell them apart.
     block = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {m}\nmodel name\t: AMD EPYC\n"
     cpuinfo = block.format(n=0, m=17) + "\n" + block.format(n=1, m=1)
-    assert launch_runs.processor_from_cpuinfo(cpuinfo) == "AMD EPYC (family 25, model 17)"
-    assert launch_runs.processor_from_cpuinfo("processor\t: 0\nmodel name\t: ARMv8 Processor\n") == "ARMv8 Processor"
-    assert launch_runs.processor_from_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") is None
+    assert processor_from_cpuinfo(cpuinfo) == "AMD EPYC (family 25, model 17)"
+    assert processor_from_cpuinfo("processor\t: 0\nmodel name\t: ARMv8 Processor\n") == "ARMv8 Processor"
+    assert processor_from_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") is None
 
 
 # ---------------------------------------------------------------------- --group
