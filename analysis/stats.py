@@ -129,7 +129,9 @@ def power(value: float, spread: float, seeds: int, cells: int = 2, level: float 
     df = cells * (seeds - 1)
     noncentrality = abs(value) / (spread * math.sqrt(cells / seeds))
     t = stats.t.ppf(0.5 + level / 2, df)
-    return float(stats.nct.sf(t, df, noncentrality) + stats.nct.cdf(-t, df, noncentrality))
+    # the lower tail P(T' < -t) as P(T'' > t) at -noncentrality: scipy's nct.cdf gives nan there
+    # once the noncentrality is large (12.6 at 2 degrees of freedom)
+    return float(stats.nct.sf(t, df, noncentrality) + stats.nct.sf(t, df, -noncentrality))
 
 
 def seeds_needed(value: float, spread: float, cells: int = 2, wanted: float = 0.8,

@@ -93,6 +93,10 @@ def test_seeds_needed_is_cohens_table():
         assert seeds_needed(-0.01 * effect, 0.01) == seeds          # a ratio: scale and sign drop out
         assert power(effect, 1.0, seeds - 1) < 0.8 <= power(effect, 1.0, seeds)
     assert power(0.5, 1.0, 1) != power(0.5, 1.0, 1)                  # one run per cell: no interval
+    # a large difference against a small spread (MoS's 17% at d = 16 after 6 epochs, spread 1.48%):
+    # 2 seeds suffice, and a larger spread never needs fewer
+    assert power(math.log(0.83), 0.0148, 2) > 0.99
+    assert [seeds_needed(math.log(0.83), spread) for spread in (0.0148, 0.0269, 0.05)] == [2, 2, 3]
     with pytest.raises(ValueError):
         seeds_needed(0.0, 0.01)
 
