@@ -115,3 +115,35 @@ def pooled_spread(samples: Sequence[Sequence[float]], level: float = LEVEL) -> S
     low = math.sqrt(squares / stats.chi2.ppf(0.5 + level / 2, df))
     high = math.sqrt(squares / stats.chi2.ppf(0.5 - level / 2, df))
     return Spread(math.sqrt(squares / df), low, high, df, len(used))
+
+
+def power(value: float, spread: float, seeds: int, cells: int = 2, level: float = LEVEL) -> float:
+    """The probability that the LEVEL interval of a comparison of `cells` cells (weights +-1: 2,
+    a head against Softmax; 4, a gain at one d against the gain at another) excludes 0, when its
+    true value is `value` and each cell has `seeds` runs of seed spread `spread` (the std of log
+    ppl, as pooled_spread gives it). The estimate's standard error is spread * sqrt(cells / seeds)
+    and its degrees of freedom cells * (seeds - 1), Welch-Satterthwaite's when the cells' spreads
+    and sizes are equal; the t statistic is then noncentral t with noncentrality |value| / se."""
+    if seeds < 2:
+        return float("nan")             # one run per cell: no interval (combination's "n = 1")
+    df = cells * (seeds - 1)
+    noncentrality = abs(value) / (spread * math.sqrt(cells / seeds))
+    t = stats.t.ppf(0.5 + level / 2, df)
+    # the lower tail P(T' < -t) as P(T'' > t) at -noncentrality: scipy's nct.cdf gives nan there
+    # once the noncentrality is large (12.6 at 2 degrees of freedom)
+    return float(stats.nct.sf(t, df, noncentrality) + stats.nct.sf(t, df, -noncentrality))
+
+
+def seeds_needed(value: float, spread: float, cells: int = 2, wanted: float = 0.8,
+                 level: float = LEVEL, most: int = 10_000) -> int:
+    """The fewest seeds per cell at which the LEVEL interval of the comparison excludes 0 with
+    probability `wanted` (power above), when its true value is `value` (log scale: a change of
+    c percent is log(1 + c / 100)). The same number answers "how many seeds before the interval
+    excludes `value`, when the truth is 0": e.g. before a difference of gains measured near 0
+    rules out the growth an earlier study found."""
+    if value == 0 or spread <= 0:
+        raise ValueError("seeds_needed wants a nonzero value and a positive spread")
+    for seeds in range(2, most + 1):
+        if power(value, spread, seeds, cells, level) >= wanted:
+            return seeds
+    raise ValueError(f"more than {most} seeds per cell")

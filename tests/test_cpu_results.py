@@ -2,12 +2,14 @@
 are what the plans' reports make of the committed runs: `sweep.py PLAN --report` over a copy of
 results/cpu_ptb/ rewrites every committed report table unchanged, every table and figure the
 results page shows is one of those reports, and so are the README's headline table and figure;
-the README's summary against [SB] quotes numbers that the results page and docs/published.md
-hold, and its Mixtape summary the converged runs' own files. A report regenerated without the
-pages, or a number on them edited by hand, fails."""
+the summary against [SB] quotes numbers that the reports and docs/published.md hold, the Mixtape
+summary the converged runs' own files, and "The claims, tested" the changes, intervals and seeds
+needed that the committed runs give. A report regenerated without the pages, or a number on them
+edited by hand, fails."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import sweep
+from analysis.stats import combination, seeds_needed
 from launch.plans import load_plan
 from tests.conftest import doc_section
 
@@ -173,28 +176,31 @@ def numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in re.findall(r"\d[\d,]*(?:\.\d+)?", text)}
 
 
-def test_the_readme_summary_against_sb_quotes_the_results_and_published_pages():
-    """Each row of the README's table against [SB]: the left cell's numbers are on
-    docs/published.md, the right cell's on docs/results_cpu.md."""
-    rows = [line for t in tables(readme_section()) if t.startswith("| [SB] |")
+def test_the_summary_against_sb_quotes_the_reports_and_the_published_page():
+    """Each row of the results page's table against [SB]: the left cell's numbers are on
+    docs/published.md, the right cell's in the converged study's committed reports."""
+    rows = [line for t in tables(results_page()) if t.startswith("| [SB] |")
             for line in t.splitlines()[2:]]
     assert len(rows) >= 4
     published = numbers((REPO / "docs" / "published.md").read_text(encoding="utf-8"))
-    measured = numbers(results_page())
+    converged = REPO / "results" / "cpu_ptb_converged"
+    measured = set().union(*(numbers(f.read_text(encoding="utf-8"))
+                             for folder in ("report", "diagnostics") for f in (converged / folder).glob("*.md")))
     for row in rows:
         sb, here = row.strip("|").split("|")
         assert numbers(sb) <= published, (row, numbers(sb) - published)
         assert numbers(here) <= measured, (row, numbers(here) - measured)
 
 
-def test_the_readme_mixtape_summary_quotes_the_converged_d_sweep():
-    """README's bullet on Mixtape against d quotes, for Mixtape, Softmax and MoS at d = 16 and 64
-    (and Mixtape at d = 32), each run's test ppl (eval_best.json), Press rank (rank_test.json) and,
-    at d = 16 and 64, its training CPU seconds an epoch (cost.md); a number retyped wrong fails."""
-    section = readme_section()
-    start = section.index("- **Mixtape against d**")
-    end = section.index("\n\n", start)
-    quoted = numbers(section[start:end])
+def test_the_mixtape_summary_quotes_the_converged_d_sweep():
+    """The results page's bullet on Mixtape against d quotes, for Mixtape, Softmax and MoS at
+    d = 16 and 64 (and Mixtape at d = 32), each run's test ppl (eval_best.json), Press rank
+    (rank_test.json) and, at d = 16 and 64, its training CPU seconds an epoch (cost.md); a number
+    retyped wrong fails."""
+    page = results_page()
+    start = page.index("- **Mixtape against d**")
+    end = min(i for i in (page.find("\n\n", start), page.find("\n- ", start + 1)) if i > 0)
+    quoted = numbers(page[start:end])
     converged = REPO / "results" / "cpu_ptb_converged"
     cost_rows = {row.split("|")[1].strip(" `"): row.split("|")[8].strip()
                  for row in table_lines((converged / "report" / "cost.md").read_text(encoding="utf-8"))[2:]}
@@ -206,3 +212,102 @@ def test_the_readme_mixtape_summary_quotes_the_converged_d_sweep():
         assert f"{test_ppl:.2f}" in quoted and str(rank) in quoted, (name, test_ppl, rank)
         if d != 32:
             assert cost_rows[name].rstrip("*") in quoted, (name, cost_rows[name])
+
+
+# "The claims, tested" (docs/results_cpu.md): each row whose last cell gives seeds, with the
+# comparisons it answers in order. A comparison is its cells, (weight, study, head, d, seeds):
+# every committed run of the cell, or those seeds (the 6-epoch d-sweep's d = 32 point is seed 1).
+CONVERGED, SIX = "cpu_ptb_converged", "cpu_ptb"
+
+
+def against(head: str, other: str, d: int, study: str = CONVERGED, other_d: int | None = None) -> list:
+    """head at d against other at other_d (d unless given)."""
+    return [(1, study, head, d, None), (-1, study, other, other_d or d, None)]
+
+
+def gains(head: str, d1: int, d2: int, study: str = CONVERGED) -> list:
+    """head's change against Softmax at d1 against its change at d2 (four cells)."""
+    seeds = (1,) if study == SIX else None
+    at = lambda d: None if d != 32 else seeds
+    return [(1, study, head, d1, at(d1)), (-1, study, "softmax", d1, at(d1)),
+            (-1, study, head, d2, at(d2)), (1, study, "softmax", d2, at(d2))]
+
+
+SEEDS_NEEDED = {
+    "MoS below Softmax at d = 32": [against("mos", "softmax", 32)],
+    "MoS below Softmax at d = 16 and at d = 64": [against("mos", "softmax", 16), against("mos", "softmax", 64)],
+    "SS below Softmax": [against("ss", "softmax", 32)],
+    "GSS below Softmax": [against("gss", "softmax", 32)],
+    "LMS-PLIF and LMS-PLIF† above Softmax": [against("plif", "softmax", 32), against("plif_frozen", "softmax", 32)],
+    "SS behind MoS": [against("ss", "mos", 32)],
+    "GSS behind SS, at the higher rank": [against("gss", "ss", 32)],
+    "Mixtape at d = 64 between Softmax and MoS": [against("mixtape", "softmax", 64), against("mixtape", "mos", 64)],
+    "Mixtape behind Softmax at d = 16 and 32 (not converged: the 70-epoch cap)": [against("mixtape", "softmax", 16), against("mixtape", "softmax", 32)],
+    "Softmax's perplexity falls as d grows": [against("softmax", "softmax", 16, other_d=32),
+                                              against("softmax", "softmax", 64, other_d=32)],
+    "The gain does not grow as d shrinks": [gains("mos", 16, 32, SIX), gains("mos", 16, 64, SIX),
+                                            gains("mos", 16, 32), gains("mos", 32, 64)],
+    "SS below Softmax after 6 epochs": [against("ss", "softmax", 32, SIX)],
+    "GSS below Softmax after 6 epochs": [against("gss", "softmax", 32, SIX)],
+    "LMS-PLIF and LMS-PLIF† no better than Softmax after 6 epochs": [against("plif", "softmax", 32, SIX),
+                                                                    against("plif_frozen", "softmax", 32, SIX)],
+    "The gain grows as d shrinks, after 6 epochs": [gains("mos", 16, 32, SIX), gains("mos", 16, 64, SIX),
+                                                    gains("gss", 16, 32, SIX), gains("gss", 16, 64, SIX)],
+}
+
+
+def log_test_ppl(study: str, head: str, d: int, seeds) -> list[float]:
+    runs = sorted((REPO / "results" / study).glob(f"ptb-{head}-model.emsize={d}-seed*"))
+    values = [math.log(json.loads((run / "eval_best.json").read_text(encoding="utf-8"))["test_ppl"])
+              for run in runs if seeds is None or int(run.name.rsplit("seed", 1)[1]) in seeds]
+    assert values, (study, head, d, seeds)
+    return values
+
+
+def claims_table() -> dict[str, list[str]]:
+    """The rows of "The claims, tested", by their first cell."""
+    section = doc_section("docs/results_cpu.md", "The claims, tested")
+    table = next(t for t in tables(section) if t.startswith("| claim | the reports"))
+    return {row.split(" | ")[0].strip("| "): row for row in table.splitlines()[2:]}
+
+
+def test_the_claims_tested_give_the_runs_changes_and_the_seeds_they_need():
+    """Every change the table quotes is the committed runs' (the ratio of geometric means of test
+    ppl), and the seeds per cell are seeds_needed's at the 6-epoch study's pooled seed spread and
+    at its interval's upper end, as seven_heads.md prints them. A row without seeds has none."""
+    spread_line = seed_spread(RESULTS / "report" / "seven_heads.md")
+    spread, _, upper = (float(x) / 100 for x in re.search(
+        r"\*\*([\d.]+)% \[([\d.]+), ([\d.]+)\]\*\*", spread_line).groups())
+    assert f"**{100 * spread:.2f}% [" in doc_section("docs/results_cpu.md", "The claims, tested")
+    rows = claims_table()
+    checked = set()
+    for label, comparisons in SEEDS_NEEDED.items():
+        assert label in rows, f'"The claims, tested" has no row "{label}"'
+        row = rows[label]
+        checked.add(row)
+        cells = row.strip("|").split(" | ")
+        expected = []
+        for comparison in comparisons:
+            value = sum(w * sum(v) / len(v) for w, *cell in comparison for v in [log_test_ppl(*cell)])
+            assert f"{100 * math.expm1(value):+.1f}%" in cells[1], (label, 100 * math.expm1(value))
+            expected.append(f"{seeds_needed(value, spread, len(comparison))} "
+                            f"({seeds_needed(value, upper, len(comparison))})")
+        assert re.findall(r"\d+ \(\d+\)", cells[-1]) == expected, (label, expected)
+    for row in set(rows.values()) - checked:
+        assert row.rstrip(" |").endswith("| —"), f"a row of seeds that the test does not recompute: {row}"
+
+
+def test_the_claims_tested_quote_the_reports_intervals():
+    """Every interval "c% [low, high], p = x" in the table is one a committed report prints, but the
+    one the table works out itself: MoS's gain over d = 16, 32 and 64 as three measurements of one
+    gain (analysis.stats, a one-sample t interval), which the front page quotes too."""
+    reports = "".join(f.read_text(encoding="utf-8") for study in (SIX, CONVERGED)
+                      for f in (REPO / "results" / study / "report").glob("*.md"))
+    mos_over_d = [log_test_ppl(CONVERGED, "mos", d, None)[0] - log_test_ppl(CONVERGED, "softmax", d, None)[0]
+                  for d in (16, 32, 64)]
+    pooled = combination([mos_over_d], [1.0]).describe()
+    intervals = re.findall(r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]+", "\n".join(claims_table().values()))
+    assert pooled in intervals and len(intervals) >= 6
+    for interval in intervals:
+        assert interval == pooled or interval in reports, interval
+    assert pooled in " ".join(readme_section().split()), "README's claims that stand do not quote MoS over d"

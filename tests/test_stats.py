@@ -1,5 +1,6 @@
 """analysis/stats.py on cases with known answers: Welch's interval and p-value against scipy's
-and against the formulas worked by hand, the four-cell difference of gains, the pooled spread."""
+and against the formulas worked by hand, the four-cell difference of gains, the pooled spread,
+the seeds a comparison needs (Cohen's table; the intervals themselves, simulated)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,10 @@ import statistics
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis.stats import combination, difference_of_differences, pooled_spread, welch
+import numpy as np
+
+from analysis.stats import (combination, difference_of_differences, pooled_spread, power, seeds_needed,
+                            welch)
 
 A = [4.80, 4.85, 4.79, 4.90]          # e.g. log test ppl of four seeds
 B = [4.95, 5.02, 4.97]
@@ -78,3 +82,53 @@ def test_pooled_spread_by_hand():
     assert spread.low == pytest.approx(math.sqrt(10 / scipy_stats.chi2.ppf(0.975, 3)))
     assert spread.high == pytest.approx(math.sqrt(10 / scipy_stats.chi2.ppf(0.025, 3)))
     assert pooled_spread([[1.0], [2.0]]) is None
+
+
+def test_seeds_needed_is_cohens_table():
+    """Two groups, 5% two-sided, 80% power (Cohen 1988, Table 2.4.1; G*Power's exact t): effect
+    size (difference / std) 0.2, 0.5, 0.8 and 1.0 need 394, 64, 26 and 17 per group. The normal
+    approximation, 2 (1.96 + 0.84)^2 / d^2, gives 393, 63, 25 and 16: the t's heavier tails matter."""
+    for effect, seeds in ((0.2, 394), (0.5, 64), (0.8, 26), (1.0, 17)):
+        assert seeds_needed(effect, 1.0) == seeds
+        assert seeds_needed(-0.01 * effect, 0.01) == seeds          # a ratio: scale and sign drop out
+        assert power(effect, 1.0, seeds - 1) < 0.8 <= power(effect, 1.0, seeds)
+    assert power(0.5, 1.0, 1) != power(0.5, 1.0, 1)                  # one run per cell: no interval
+    # a large difference against a small spread (MoS's 17% at d = 16 after 6 epochs, spread 1.48%):
+    # 2 seeds suffice, and a larger spread never needs fewer
+    assert power(math.log(0.83), 0.0148, 2) > 0.99
+    assert [seeds_needed(math.log(0.83), spread) for spread in (0.0148, 0.0269, 0.05)] == [2, 2, 3]
+    with pytest.raises(ValueError):
+        seeds_needed(0.0, 0.01)
+
+
+@pytest.mark.parametrize("cells, weights, value", [(2, [1, -1], 0.02), (4, [1, -1, -1, 1], 0.03)])
+def test_power_is_how_often_the_reports_interval_excludes_zero(cells, weights, value):
+    """Simulated seeds (spread 1.48%, the 6-epoch study's) through combination, the reports'
+    interval: at the seeds seeds_needed gives, and one fewer, the share of intervals that exclude
+    0 is power's (within the simulation's noise and Welch's estimated degrees of freedom)."""
+    spread = 0.0148
+    seeds = seeds_needed(value, spread, cells)
+    rng = np.random.default_rng(0)
+    for n in (seeds - 1, seeds):
+        excluded = 0
+        for _ in range(3000):
+            samples = [rng.normal(0.0, spread, n) for _ in range(cells)]
+            samples[0] += value
+            estimate = combination(samples, weights)
+            excluded += estimate.low > 0 or estimate.high < 0
+        assert excluded / 3000 == pytest.approx(power(value, spread, n, cells), abs=0.03), n
+
+
+def test_power_at_few_seeds_is_students_exact_test():
+    """Two cells of equal spread and size: power is exactly the rejection rate of Student's
+    t-test (pooled variance, 2n - 2 degrees of freedom), the case where noncentral t is exact.
+    Simulated at 2 and 3 seeds, where the degrees of freedom matter most (with 2n instead of
+    2n - 2 they would read 0.62 and 0.86)."""
+    rng = np.random.default_rng(1)
+    for n, expected in ((2, 0.387), (3, 0.783)):
+        pvalues = scipy_stats.ttest_ind(rng.normal(3.0, 1.0, (5000, n)), rng.normal(0.0, 1.0, (5000, n)),
+                                        axis=1).pvalue
+        rejected = float(np.mean(pvalues < 0.05))
+        assert power(3.0, 1.0, n) == pytest.approx(expected, abs=1e-3)
+        assert rejected == pytest.approx(power(3.0, 1.0, n), abs=0.02), n
+    assert seeds_needed(3.0, 1.0) == 4
