@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -77,6 +78,7 @@ class RunResult:
     missing: list[str] = field(default_factory=list)   # one note per missing number
     config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
     val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
+    device: str = "unrecorded"       # where it trained: run.json's device_name (older runs: device)
 
     @property
     def setting(self) -> dict:
@@ -94,7 +96,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         raise AnalysisError(f"{run_dir}: neither run.json nor config.yaml names the dataset and head")
     result = RunResult(run_dir, dataset, head, tuple(config_value(config, key) for key in group_by),
                        info.get("seed", config_value(config, "train.seed")), info.get("params"),
-                       config=resolved(config))
+                       config=resolved(config),
+                       device=info.get("device_name") or info.get("device") or "unrecorded")
     if result.params is None:
         result.missing.append("params (no run.json)")
 
@@ -559,6 +562,18 @@ def table_note(table: Table) -> str:
                    "epoch time that the AWD-LSTM and MoS code print includes it).\n")
 
 
+def devices_markdown(cells: Sequence[tuple[str, Sequence[RunResult]]]) -> str:
+    """Where each cell's runs trained (run.json): one line when every run shares a device,
+    else each cell's count per device."""
+    devices = {run.device for _, runs in cells for run in runs}
+    if len(devices) == 1:
+        return f"Where the runs trained (run.json): every run on {devices.pop()}.\n"
+    lines = [f"- {label}: " + ", ".join(f"{n} on {device}" for device, n in
+                                        sorted(Counter(run.device for run in runs).items()))
+             for label, runs in cells]
+    return "Where the runs trained (run.json), per row:\n\n" + "\n".join(lines) + "\n"
+
+
 def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[str] = (),
                 baseline: str = "softmax", exclude_from_t_test: Sequence[int] = (),
                 paper: str | None = None) -> str:
@@ -579,7 +594,8 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
         title += "\n\n" + note_on_models.rstrip("\n") if note_on_models else ""
     common = table.common_epoch_markdown()
     text = (title + "\n\n" + table.markdown() + "\n" + note + "\n" + (common + "\n" if common else "")
-            + table.spread_markdown() + "\n" + missing_section(results))
+            + table.spread_markdown() + "\n" + devices_markdown([(row.label, row.runs) for row in table.rows])
+            + "\n" + missing_section(results))
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_prefix.with_name(out_prefix.name + ".md").write_text(text, encoding="utf-8")
     write_csv(out_prefix.with_name(out_prefix.name + ".csv"), *table.csv_rows())

@@ -21,7 +21,7 @@ from .comparisons import at_common_epoch, common_epoch_table, log_values, test_d
 from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
 from .stats import difference_of_differences
-from .tables import estimate_csv, group_rows, mean_std, read_run
+from .tables import devices_markdown, estimate_csv, group_rows, mean_std, read_run
 
 BASELINE = "softmax"
 
@@ -113,6 +113,8 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                   if common.get((h, v)) is not None]
         if listed:
             text += f"\n## Each head against Softmax at a common epoch\n\n" + common_epoch_table(listed, "Softmax")
+    text += "\n" + devices_markdown([(f"{head_label(h)}, {key} = {v}", cells[h, v].runs)
+                                      for h in heads for v in values if (h, v) in cells])
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     write_csv(prefixed(out_prefix, ".csv"),
               ["head", key, "runs", "test_ppl", "test_ppl_std", "press_rank", "gain_pct", "gain_low_pct",

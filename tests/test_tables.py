@@ -359,3 +359,17 @@ def test_spectra_draw_a_runs_log_p_and_f_l_curves_in_one_colour(tmp_path, monkey
     assert [colour[f"run{i} f(l)"] == colour[f"run{i}"] for i in range(4)] == [True] * 4
     assert len({colour[f"run{i}"] for i in range(7)}) == 7
     assert {label: style for label, _, style in lines}["run2 f(l)"] == "--"
+
+
+def test_the_report_says_where_each_rows_runs_trained(runs, tmp_path):
+    """run.json's device_name (older runs: device): one line when all share one, else per row."""
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "one")]) == 0
+    assert "Where the runs trained (run.json): every run on unrecorded." in (tmp_path / "one.md").read_text()
+    for run_dir in sorted(runs.iterdir()):
+        info = json.loads((run_dir / "run.json").read_text())
+        gpu = run_dir.name in ("ptb-softmax-seed3", "ptb-ss-seed4")
+        info.update(device="cuda" if gpu else "cpu", **({"device_name": "cuda:0 (NVIDIA H200)"} if gpu else {}))
+        (run_dir / "run.json").write_text(json.dumps(info))
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "mixed")]) == 0
+    markdown = (tmp_path / "mixed.md").read_text()
+    assert "- Softmax: 2 on cpu, 1 on cuda:0 (NVIDIA H200)\n- SS: 3 on cpu, 1 on cuda:0 (NVIDIA H200)" in markdown
