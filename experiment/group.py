@@ -263,7 +263,9 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
         record_group(trainers, kind)
         print(f"group of {len(trainers)} runs on {device}, one step of all at a time ({kind} step)",
               flush=True)
-        step = batched_steps if kind == "batched" else SideBySide(torch.get_num_threads())
+        # Side by side on a CPU's cores; a GPU's solo steps go one after another (its stream runs
+        # one kernel at a time whoever launches it).
+        step = batched_steps if kind == "batched" else SideBySide(torch.get_num_threads() if device.type == "cpu" else 1)
         try:
             ends = train.train_runs(trainers, step)
         except (RunDirectoryError, OSError) as e:
