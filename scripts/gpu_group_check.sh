@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 44's GPU job (docs/gpus.md, "Group runs"): everything a short GPU window should measure of
-# group runs (train.py --group), in about 5 minutes on an H100 or H200, its output in at most 8
+# group runs (train.py --group), within BUDGET seconds (default 340) on an H100 or H200, its output in at most 8
 # files under $OUT (default results/gpu_group_<date>; the device tool sets OUT itself):
 #   env.txt            nvidia-smi, torch / CUDA / cuDNN versions
 #   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
@@ -18,8 +18,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-results/gpu_group_$(date -u +%F)}"
-PYTHON="${PYTHON:-python}"
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 export PYTHONUNBUFFERED=1
+# Every part within one deadline (BUDGET seconds, default 340: under 6 minutes), each part at most
+# its own cap of what is left, so that a slow part cannot take the others' time.
+# (FAST=1 on a shared CPU: six times the caps and the budget.)
+scale=$([ "${FAST:-0}" = 1 ] && echo 6 || echo 1)
+deadline=$(( $(date +%s) + ${BUDGET:-340} * scale ))
+left() { local cap=$(( $1 * scale )) l=$(( deadline - $(date +%s) )); (( l < 1 )) && l=1; (( l < cap )) && echo $l || echo $cap; }
 mkdir -p "$OUT"
 runs="$(mktemp -d)"
 if [ "${FAST:-0}" = 1 ]; then
@@ -34,16 +40,16 @@ extra=(${EXTRA:-})
   "$PYTHON" -c "import torch; print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| cuDNN', torch.backends.cudnn.version(), '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
 } > "$OUT/env.txt"
 status=0
-timeout 120 "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
-timeout 150 "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
+timeout $(left 60) "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
+timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
-timeout 90 "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
+timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/plan_steps.txt" 2>&1 || status=1
 member() { echo "configs/ptb_mini/softmax.yaml train.seed=$1 train.epochs=$epochs run.dir=$runs/$2-seed$1 run.tensorboard=false run.log_interval=100 ${tiny[*]} ${extra[*]}"; }
 members=(); for seed in 1 2 3 4 5 6 7 8; do members+=("$(member $seed group)"); done
-timeout 240 "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_group8.txt" 2>&1 || status=1
+timeout $(left 150) "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_group8.txt" 2>&1 || status=1
 for seed in 1 2; do
-  timeout 120 "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
+  timeout $(left 60) "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
 done
 tar -czf "$OUT/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' . || status=1
 rm -rf "$runs"
