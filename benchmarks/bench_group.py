@@ -4,6 +4,7 @@
     python benchmarks/bench_group.py --device cpu --shapes mini --groups 1 2 --threads 2
     python benchmarks/bench_group.py --cpu-pair                   # the CPU goal's row (below)
     python benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml   # a plan's runs
+    python benchmarks/bench_group.py --profile 16                 # where a group step's time goes
 
 Rows: the miniature Softmax (configs/ptb_mini/softmax.yaml, d = 32) at G = 1, 2, 4, 8, 16, 32
 and PTB's full shapes (configs/ptb/softmax.yaml) at G = 1, 2, 4, 8 (--groups to choose). Each row
@@ -20,6 +21,9 @@ runs them), in turn over a few rounds. The goal: at least 0.9x.
 --plan: for every run of a plan (its configs and overrides, seeds as planned), the solo step's
 time, and the step of all of them as one group: what training the plan in one group would cost
 against training its runs one after another.
+
+--profile G: torch.profiler's tables (self CPU time, then device time) of --steps steps of a group
+of G miniature runs: where the step's time goes, for the next speed-up.
 
 Every figure is the median of --steps steps after --warmup steps; --kind chooses the group's
 step (auto: batched on CUDA, solo elsewhere; experiment/group.py). Corpora are not needed: the
@@ -148,6 +152,28 @@ def plan_table(args, device: torch.device, kind: str) -> None:
           f"{together * 1000:.1f} ms ({total / together:.2f}x)")
 
 
+def profile_table(args, device: torch.device, kind: str) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    config = SHAPES["mini"][0]
+    step = GroupStep([(config, args.overrides)] * args.profile, random_corpus(STEPS_OF_STREAM * 20 * 70),
+                     device, kind)
+    for _ in range(max(args.warmup, 1)):
+        step()
+    seconds = median_step(step, args.steps, device)
+    print(f"\n{kind} step of a group of {args.profile} ({config}): {seconds * 1000:.1f} ms (median of {args.steps})")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        for _ in range(args.steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    step.close()
+    averages = profiler.key_averages()
+    for sort in ["self_cpu_time_total"] + (["self_device_time_total"] if device.type == "cuda" else []):
+        print(f"\n{args.steps} steps, by {sort}:")
+        print(averages.table(sort_by=sort, row_limit=25, max_name_column_width=60))
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value overrides of every run's config")
@@ -161,8 +187,10 @@ def parse_args(argv=None):
     parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row (reads PTB: AWD_DATA_DIR)")
     parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
+    parser.add_argument("--profile", type=int, metavar="G",
+                        help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)
-    for name in ("steps", "threads", "rounds"):
+    for name in ("steps", "threads", "rounds", "profile"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name}: expected an integer >= 1, got {value}")
@@ -188,6 +216,8 @@ def main(argv=None) -> None:
     print(environment(device))
     if args.plan:
         plan_table(args, device, kind)
+    elif args.profile:
+        profile_table(args, device, kind)
     else:
         shapes_table(args, device, kind)
 

@@ -90,8 +90,10 @@ class GroupStep:
                 raise result
 
     def close(self) -> None:
+        from model.kernels.grouped_lstm import Loops
         if hasattr(self.step, "close"):
             self.step.close()
+        Loops.release()                     # the next group's shapes are others: free the captures
 
 
 def synchronize(device: torch.device) -> None:

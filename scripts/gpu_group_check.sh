@@ -11,6 +11,7 @@
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
 #   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
+#   profile.txt        bench_group.py --profile 16: where a group step's time goes (torch.profiler)
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
 # FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value
@@ -31,9 +32,9 @@ runs="$(mktemp -d)"
 if [ "${FAST:-0}" = 1 ]; then
   device=(--device cpu); tiny=(model.emsize=16 model.nhid=24 model.nhidlast=16 train.batch_size=4 train.bptt=8
                                 train.eval_batch_size=2 run.device=cpu)
-  groups=(--groups 1 2); shapes=(--shapes mini); steps=(--steps 1 --warmup 0); epochs=1; check=(--fast)
+  groups=(--groups 1 2); shapes=(--shapes mini); steps=(--steps 1 --warmup 0); epochs=1; check=(--fast); profiled=2
 else
-  device=(); tiny=(); groups=(); shapes=(); steps=(); epochs=2; check=()
+  device=(); tiny=(); groups=(); shapes=(); steps=(); epochs=2; check=(); profiled=16
 fi
 extra=(${EXTRA:-})
 { nvidia-smi 2>&1 || echo "nvidia-smi: not found"
@@ -51,6 +52,8 @@ timeout $(left 150) "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_gro
 for seed in 1 2; do
   timeout $(left 60) "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
 done
+timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
+  > "$OUT/profile.txt" 2>&1 || status=1
 tar -czf "$OUT/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' . || status=1
 rm -rf "$runs"
 echo "gpu_group_check: wrote $OUT (status $status)"

@@ -47,5 +47,5 @@ def test_one_section_alone(tmp_path):
                            "group"], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "AWD_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[ok] group mos: " in proc.stdout and "LSTM" not in proc.stdout
+    assert "[ok] group mos: " in proc.stdout and "== LSTM: device against the CPU" not in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "3 of 3 checks passed"

@@ -112,18 +112,50 @@ def test_the_compiled_cell_a_gpu_runs_is_the_eager_one(float64):
     """On a GPU the kernel's pointwise steps go through torch.compile; compiled here on the CPU
     (forward and backward, with members of three lengths) they give the eager results."""
     from model.kernels.compiled import FusedKernel
-    from model.kernels.grouped_lstm import GroupedLSTMRecurrence
+    from model.kernels.grouped_lstm import GroupedLSTMRecurrence, Loops
     torch.manual_seed(1)
     inputs = [torch.randn(3, 6, 2, 16), torch.randn(3, 2, 4), torch.randn(3, 2, 4), torch.randn(3, 16, 4)]
     inputs = [x.requires_grad_() for x in inputs]
     alive = alive_steps([6, 3, 5], "cpu")
     results = []
     for compiled in (False, True):
-        out = GroupedLSTMRecurrence.apply(*inputs, alive, compiled)
+        out = GroupedLSTMRecurrence.apply(*inputs, alive, Loops(compiled, captured=False))
         results.append([*out, *torch.autograd.grad(sum(x.pow(2).sum() for x in out), inputs)])
     assert not FusedKernel._compile_failed
     for eager, fused in zip(*results):
         torch.testing.assert_close(eager, fused, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("lengths", [(8, 8), (7, 7), (7, 3)])
+def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, monkeypatch):
+    """On CUDA the time loops are captured (CUDA graphs) with T padded to a multiple of 4 and
+    replayed from their own buffers; here the same buffers with the replay emulated. Two layers
+    of the same shape share one capture, each forward's saved tensors outliving the other's
+    replay: outputs and gradients are the eager loops' exactly (padded steps keep the state)."""
+    from model.kernels import grouped_lstm
+    monkeypatch.setattr(grouped_lstm.Loops, "captures", {})
+    torch.manual_seed(2)
+    g, t, b, h = 2, max(lengths), 3, 4
+    x = torch.randn(g, t, b, 4 * h, requires_grad=True)
+    states = [torch.randn(g, b, h, requires_grad=True) for _ in range(4)]
+    weights = [torch.randn(g, 4 * h, h, requires_grad=True) for _ in range(2)]
+    mix = torch.randn(g, h, 4 * h)
+    alive = alive_steps(list(lengths), "cpu")
+    results = []
+    for capture in (False, True):
+        monkeypatch.setattr(grouped_lstm, "CAPTURE", capture)
+        first = grouped_lstm.grouped_lstm_recurrence(x, states[0], states[1], weights[0], alive)
+        second = grouped_lstm.grouped_lstm_recurrence(first[0] @ mix.unsqueeze(1), states[2], states[3],
+                                                       weights[1], alive)
+        outputs = [*first, *second]
+        loss = sum((torch.cos(torch.arange(y.numel()).view_as(y) * 0.37) * y).sum() for y in outputs)
+        results.append([*outputs, *torch.autograd.grad(loss, [x, *states, *weights])])
+    captures = grouped_lstm.Loops.captures
+    assert len(captures) == 2                      # one forward and one backward: both layers share them
+    assert all(key[2][0][1] % grouped_lstm.STEP_BUCKET == 0 for key in captures)   # xw and d_out padded
+    for eager, captured in zip(*results):
+        assert eager.shape == captured.shape
+        torch.testing.assert_close(eager, captured, rtol=0, atol=1e-13)
 
 
 def test_grouped_bodies_compute_each_bodys_own_forward(float64):
@@ -177,10 +209,16 @@ def test_a_stream_draws_what_the_global_generator_would_in_its_thread_only():
 
 
 # ---------------------------------------------------------------------- a group equals its solo runs
-@pytest.mark.parametrize("step, tolerance", [("batched", 1e-10), ("solo", 0.0)])
-def test_a_group_through_the_et_asgd_switch_equals_its_solo_runs(step, tolerance, tiny, float64, tmp_path):
+@pytest.mark.parametrize("step, captured, tolerance", [("batched", False, 1e-10), ("batched", True, 1e-10),
+                                                      ("solo", False, 0.0)])
+def test_a_group_through_the_et_asgd_switch_equals_its_solo_runs(step, captured, tolerance, tiny, float64,
+                                                                 tmp_path, monkeypatch):
     """Two seeds of Softmax and one MoS, ET-ASGD after epoch 1, 3 epochs: each member's weights,
-    averages, validation losses and switch equal its solo run's."""
+    averages, validation losses and switch equal its solo run's. `captured`: the batched body's
+    time loops as CUDA replays them (padded, from captured buffers; the replay emulated here)."""
+    from model.kernels import grouped_lstm
+    monkeypatch.setattr(grouped_lstm, "CAPTURE", captured)
+    monkeypatch.setattr(grouped_lstm.Loops, "captures", {})
     schedule = [*tiny, "train.epochs=3", "train.asgd_trigger=et", "train.asgd_switch_epoch=1"]
     runs = [("softmax", 1), ("softmax", 2), ("mos", 1)]
     for head, seed in runs:

@@ -90,12 +90,14 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["bench_group.txt", "env.txt", "gpu_check.txt", "plan_steps.txt", "runs.tar.gz",
-                     "train_group8.txt", "train_solo.txt"]
+    assert files == ["bench_group.txt", "env.txt", "gpu_check.txt", "plan_steps.txt", "profile.txt",
+                     "runs.tar.gz", "train_group8.txt", "train_solo.txt"]      # 8: all the device tool brings back
     assert "3 of 3 checks passed" not in (out / "gpu_check.txt").read_text()      # group and lstm: 4
     assert (out / "gpu_check.txt").read_text().strip().endswith("4 of 4 checks passed")
     assert "| 2 | " in (out / "bench_group.txt").read_text()
     assert "as one group:" in (out / "plan_steps.txt").read_text()
+    assert "step of a group of 2" in (out / "profile.txt").read_text() and "self_cpu_time_total" in \
+        (out / "profile.txt").read_text()
     group_log = (out / "train_group8.txt").read_text()
     assert "group of 8 runs" in group_log and group_log.count(": done: ") == 8
     assert (out / "train_solo.txt").read_text().count("done: ") == 2

@@ -8,7 +8,21 @@ the forward run outside autograd, saving the gates, and back-propagation through
 out: per time step one batched product and one pointwise cell function each way (fused into one
 kernel by torch.compile on a GPU), and the hidden-to-hidden weights' gradient as one batched
 product over all time steps at the end.
-tests/test_group.py compares it with the reference (values and gradients, gradcheck in float64).
+
+Even so a step launches a few thousand small kernels (70 x 3 time steps, forward and backward),
+and launching them from Python costs more than the GPU takes to run them: the first H200
+measurement (results/gpu_h200_2026-11-27) found a group of one at 0.14x the cuDNN solo run and a
+group of 16 no faster than one solo run. So on CUDA each time loop is captured once as a CUDA graph
+per shape and replayed (`CapturedCall`): inputs are copied into the graph's own buffers, one
+replay launches the whole loop, and the outputs are copied out (the next replay overwrites the
+graph's buffers, and the backward needs the forward's saved tensors). The time dimension is
+padded to a multiple of STEP_BUCKET (a few graphs serve every sequence length) with the padded
+steps marked not alive, which keeps every member's state unchanged: the same numbers, exactly.
+If capturing fails, one warning is printed and the loops run eagerly from then on.
+
+tests/test_group.py compares the kernel with the reference (values and gradients, gradcheck in
+float64), the compiled cell with the eager one, and the captured loops (their buffers replayed as
+on CUDA, the replay emulated on the CPU) with the eager ones.
 
 Shapes: G members, T time steps (the longest member's), B sequences, H hidden units.
     xw     (G, T, B, 4H)   input projections with both biases (gates in torch's order i, f, g, o)
@@ -19,9 +33,17 @@ returns out (G, T, B, H) (each step's state: past a member's end, its frozen sta
 """
 from __future__ import annotations
 
+import warnings
+from functools import partial
+from typing import Callable, ClassVar, Optional
+
 import torch
+import torch.nn.functional as F
 
 from .compiled import FusedKernel
+
+STEP_BUCKET = 4        # captured loops pad T to a multiple of this: at most 3 idle steps
+WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settles the allocator)
 
 
 def _cell(a, c):
@@ -47,60 +69,164 @@ def _cell_backward(gates, c, tanh_c, d_h, d_c):
 
 
 # On a GPU each of these is one fused kernel instead of about ten (torch.compile; eager elsewhere).
-CELL = FusedKernel(_cell)
-CELL_BACKWARD = FusedKernel(_cell_backward)
+# Every argument is (G, B, .), contiguous (the saved per-step tensors are stored time first), and G
+# is a symbol of the kernel: one compilation serves every group size and sequence length.
+CELL = FusedKernel(_cell, varying={0: (0,), 1: (0,)})
+CELL_BACKWARD = FusedKernel(_cell_backward, varying={k: (0,) for k in range(5)})
+
+
+def recurrence_forward(xw, h0, c0, w_hh, alive, compiled: bool):
+    """The time loop forward: (out (G, T, B, H), h, c, and for the backward the activated gates,
+    the cell states each step started from and tanh of the new ones, each (T, G, B, .))."""
+    w_hh_t = w_hh.transpose(1, 2)
+    h, c = h0, c0
+    outs, gates, cells, tanh_cells = [], [], [], []
+    for t in range(xw.size(1)):
+        activated, c_new, tanh_c, h_new = CELL(torch.baddbmm(xw[:, t], h, w_hh_t), c, compiled=compiled)
+        gates.append(activated)
+        tanh_cells.append(tanh_c)
+        cells.append(c)                       # the state the step started from
+        if alive is not None:
+            keep = alive[t].view(-1, 1, 1)
+            h_new = torch.where(keep, h_new, h)
+            c_new = torch.where(keep, c_new, c)
+        outs.append(h_new)
+        h, c = h_new, c_new
+    return torch.stack(outs, dim=1), h, c, torch.stack(gates), torch.stack(cells), torch.stack(tanh_cells)
+
+
+def recurrence_backward(d_out, d_h, d_c, h0, w_hh, gates, cells, tanh_cells, out, alive, compiled: bool):
+    """Back-propagation through the time loop: the gradients of xw (G, T, B, 4H), h0, c0, w_hh."""
+    d_gates = torch.empty_like(gates)
+    for t in reversed(range(gates.size(0))):
+        d_h = d_h + d_out[:, t]
+        if alive is not None:
+            # A member past its end passed its state on unchanged: its gradient goes straight
+            # back to the step before, and none into this step's gates.
+            keep = alive[t].view(-1, 1, 1).to(d_h.dtype)
+            d_h_pass, d_c_pass = d_h * (1 - keep), d_c * (1 - keep)
+            d_h, d_c = d_h * keep, d_c * keep
+        d_gates[t], d_c = CELL_BACKWARD(gates[t], cells[t], tanh_cells[t], d_h, d_c, compiled=compiled)
+        d_h = torch.bmm(d_gates[t], w_hh)
+        if alive is not None:
+            d_h, d_c = d_h + d_h_pass, d_c + d_c_pass
+    # Every step's hidden-to-hidden gradient in one product: sum over t of d_gates_t^T h_{t-1}.
+    d_xw = d_gates.transpose(0, 1)                                                  # (G, T, B, 4H)
+    h_before = torch.cat([h0.unsqueeze(1), out[:, :-1]], dim=1)
+    g, t, b = d_xw.shape[:3]
+    d_w_hh = torch.bmm(d_xw.reshape(g, t * b, -1).transpose(1, 2), h_before.reshape(g, t * b, -1))
+    return d_xw, d_h, d_c, d_w_hh
+
+
+class CapturedCall:
+    """fn (tensors in, a tuple of tensors out) captured for the shapes of its first arguments and
+    replayed: each call copies its arguments into the captured buffers, replays, and returns
+    copies of the outputs. On CUDA a CUDA graph; elsewhere the replay is emulated (fn recomputed
+    from the buffers into the same output buffers), so that the CPU's tests exercise the buffers
+    exactly as CUDA uses them."""
+
+    def __init__(self, fn: Callable, example: tuple):
+        self.fn, self.graph = fn, None
+        self.inputs = [x.detach().clone() for x in example]
+        if self.inputs[0].is_cuda:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_CALLS):
+                    fn(*self.inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = fn(*self.inputs)
+        else:
+            self.outputs = fn(*self.inputs)
+
+    def __call__(self, *args) -> tuple:
+        for buffer, x in zip(self.inputs, args):
+            buffer.copy_(x)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            for buffer, x in zip(self.outputs, self.fn(*self.inputs)):
+                buffer.copy_(x)
+        return tuple(x.clone() for x in self.outputs)
+
+
+class Loops:
+    """How the two time loops run: launched step by step from Python (eager), or each captured
+    once per shape and replayed (CapturedCall; the captures are kept for the process)."""
+
+    captures: ClassVar[dict] = {}
+    capture_failed: ClassVar[bool] = False
+
+    def __init__(self, compiled: bool, captured: bool):
+        self.compiled = compiled
+        self.captured = captured and not Loops.capture_failed
+
+    def forward(self, xw, h0, c0, w_hh, alive):
+        return self.run(recurrence_forward, (xw, h0, c0, w_hh, alive))
+
+    def backward(self, *args):
+        return self.run(recurrence_backward, args)
+
+    def run(self, loop: Callable, args: tuple):
+        fn = partial(loop, compiled=self.compiled)
+        if self.captured:
+            key = (loop.__name__, self.compiled, *((x.shape, x.dtype, x.device) for x in args))
+            try:
+                if key not in Loops.captures:
+                    Loops.captures[key] = CapturedCall(fn, args)
+                return Loops.captures[key](*args)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as error:  # whatever capturing raises, the eager loop still works
+                Loops.capture_failed = True
+                reason = (str(error).strip().splitlines() or [""])[0]
+                warnings.warn(f"capturing the grouped LSTM as a CUDA graph failed ({type(error).__name__}: "
+                              f"{reason}); its time loops run eagerly from now on (same results, slower)",
+                              RuntimeWarning, stacklevel=2)
+        return fn(*args)
+
+    @staticmethod
+    def release() -> None:
+        """Free every capture (their buffers and graphs)."""
+        Loops.captures.clear()
 
 
 class GroupedLSTMRecurrence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xw, h0, c0, w_hh, alive, compiled):
-        w_hh_t = w_hh.transpose(1, 2)
-        h, c = h0, c0
-        outs, gates, cells, tanh_cells = [], [], [], []
-        for t in range(xw.size(1)):
-            activated, c_new, tanh_c, h_new = CELL(torch.baddbmm(xw[:, t], h, w_hh_t), c, compiled=compiled)
-            gates.append(activated)
-            tanh_cells.append(tanh_c)
-            cells.append(c)                       # the state the step started from
-            if alive is not None:
-                keep = alive[t].view(-1, 1, 1)
-                h_new = torch.where(keep, h_new, h)
-                c_new = torch.where(keep, c_new, c)
-            outs.append(h_new)
-            h, c = h_new, c_new
-        out = torch.stack(outs, dim=1)
-        ctx.save_for_backward(h0, w_hh, torch.stack(gates, 1), torch.stack(cells, 1),
-                              torch.stack(tanh_cells, 1), out, alive)
-        ctx.has_alive, ctx.compiled = alive is not None, compiled
+    def forward(ctx, xw, h0, c0, w_hh, alive, loops: Loops):
+        out, h, c, gates, cells, tanh_cells = loops.forward(xw, h0, c0, w_hh, alive)
+        ctx.save_for_backward(h0, w_hh, gates, cells, tanh_cells, out, alive)
+        ctx.loops = loops
         return out, h, c
 
     @staticmethod
     def backward(ctx, d_out, d_h, d_c):
         h0, w_hh, gates, cells, tanh_cells, out, alive = ctx.saved_tensors
-        d_out = torch.zeros_like(out) if d_out is None else d_out
+        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous()
         d_h = torch.zeros_like(h0) if d_h is None else d_h
         d_c = torch.zeros_like(h0) if d_c is None else d_c
-        d_gates = torch.empty_like(gates)
-        for t in reversed(range(gates.size(1))):
-            d_h = d_h + d_out[:, t]
-            if ctx.has_alive:
-                # A member past its end passed its state on unchanged: its gradient goes straight
-                # back to the step before, and none into this step's gates.
-                keep = alive[t].view(-1, 1, 1).to(d_h.dtype)
-                d_h_pass, d_c_pass = d_h * (1 - keep), d_c * (1 - keep)
-                d_h, d_c = d_h * keep, d_c * keep
-            d_gates[:, t], d_c = CELL_BACKWARD(gates[:, t], cells[:, t], tanh_cells[:, t], d_h, d_c,
-                                               compiled=ctx.compiled)
-            d_h = torch.bmm(d_gates[:, t], w_hh)
-            if ctx.has_alive:
-                d_h, d_c = d_h + d_h_pass, d_c + d_c_pass
-        # Every step's hidden-to-hidden gradient in one product: sum over t of d_gates_t^T h_{t-1}.
-        h_before = torch.cat([h0.unsqueeze(1), out[:, :-1]], dim=1)
-        g, t, b = gates.shape[:3]
-        d_w_hh = torch.bmm(d_gates.reshape(g, t * b, -1).transpose(1, 2), h_before.reshape(g, t * b, -1))
-        return d_gates, d_h, d_c, d_w_hh, None, None
+        grads = ctx.loops.backward(d_out, d_h, d_c, h0, w_hh, gates, cells, tanh_cells, out, alive)
+        return (*grads, None, None)
+
+
+# None: captured on CUDA, eager elsewhere. The tests set True to run the captured path (padding,
+# buffers, emulated replay) on the CPU.
+CAPTURE: Optional[bool] = None
 
 
 def grouped_lstm_recurrence(xw, h0, c0, w_hh, alive=None):
-    """The recurrence (shapes above); on a GPU its pointwise steps are compiled."""
-    return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, xw.is_cuda)
+    """The recurrence (shapes above); on a GPU its pointwise steps are compiled and its time
+    loops captured (CUDA graphs)."""
+    captured = xw.is_cuda if CAPTURE is None else CAPTURE
+    if not captured or Loops.capture_failed:
+        return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=False))
+    steps, members = xw.size(1), xw.size(0)
+    padded = -(-steps // STEP_BUCKET) * STEP_BUCKET
+    alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
+    if padded > steps:
+        xw = F.pad(xw, (0, 0, 0, 0, 0, padded - steps))
+        alive = F.pad(alive, (0, 0, 0, padded - steps), value=False)
+    out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=True))
+    return out[:, :steps], h, c
