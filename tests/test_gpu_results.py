@@ -44,3 +44,52 @@ def test_the_runs_per_gpu_ratios_are_the_benchmarks():
     quoted = ", ".join(f"{ratios[k]:.2f}x" for k in ("1", "2", "4", "8"))
     assert quoted == "1.00x, 0.91x, 0.95x, 0.92x"
     assert quoted in (REPO / "docs" / "gpus.md").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------- group runs, 2026-11-27
+GROUPS = REPO / "results" / "gpu_h200_2026-11-27"
+
+
+def bench_ratios(path: Path) -> dict[str, list[str]]:
+    """bench_group.py's tables: per shape (mini, ptb) the 'x solo run' column in G order."""
+    tables, shape = {}, None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(("mini (", "ptb (")):
+            shape = line.split()[0]
+            tables[shape] = []
+        elif shape and re.match(r"\| \d+ \|", line):
+            tables[shape].append(line.split("|")[3].strip())
+    return tables
+
+
+def archived_epochs(archive: Path) -> dict[str, list[dict]]:
+    import tarfile
+    with tarfile.open(archive) as tar:
+        return {Path(m.name).parent.name: [json.loads(x) for x in tar.extractfile(m).read().decode().splitlines()]
+                for m in tar.getmembers() if m.name.endswith("metrics.jsonl")}
+
+
+def test_the_quoted_group_run_figures_are_the_committed_output():
+    gpus = section((REPO / "docs" / "gpus.md").read_text(encoding="utf-8"), "## Group runs")
+    eager, captured = bench_ratios(GROUPS / "eager" / "bench_group.txt"), bench_ratios(GROUPS / "captured" / "bench_group.txt")
+    rows = [f"| {g} | {eager['mini'][k]} | {captured['mini'][k]} | "
+            + (f"{eager['ptb'][k]} | {captured['ptb'][k]} |" if k < 4 else "| |")
+            for k, g in enumerate((1, 2, 4, 8, 16, 32))]
+    for row in rows:
+        assert row in gpus, row
+    assert "4 of 4 checks passed" in (GROUPS / "captured" / "gpu_check.txt").read_text(encoding="utf-8")
+    assert "[FAILED] group mos" in (GROUPS / "eager" / "gpu_check.txt").read_text(encoding="utf-8")
+    plan = (GROUPS / "captured" / "plan_steps.txt").read_text(encoding="utf-8")
+    assert "194.6 ms" in plan and "62.1 ms (3.13x)" in plan and "194.6 ms" in gpus and "3.13x" in gpus
+    assert "38.5 ms (median of 5)" in (GROUPS / "captured" / "profile.txt").read_text(encoding="utf-8")
+    # 2 epochs: the group's validation perplexities beside the solo runs', and the epoch sums.
+    runs = archived_epochs(GROUPS / "captured" / "runs.tar.gz")
+    for seed in (1, 2):
+        pair = [f"{runs[f'{kind}-seed{seed}'][-1]['val_ppl']:.2f}" for kind in ("group", "solo")]
+        assert f"{pair[0]} and {pair[1]}" in gpus, pair
+    finals = sorted(runs[f"group-seed{s}"][-1]["val_ppl"] for s in range(1, 9))
+    assert f"from {finals[0]:.2f} to {finals[-1]:.2f}" in gpus
+    runs.update(archived_epochs(GROUPS / "epochs" / "runs_g2_g4.tar.gz"))
+    for prefix, size in (("group-seed", 8), ("g4-seed", 4), ("g2-seed", 2)):
+        sums = [f"{sum(runs[f'{prefix}{s}'][e]['seconds'] for s in range(1, size + 1)):.1f}" for e in (0, 1)]
+        assert f"{sums[0]} and {sums[1]} s" in gpus, (prefix, sums)
