@@ -93,3 +93,7 @@ def test_the_quoted_group_run_figures_are_the_committed_output():
     for prefix, size in (("group-seed", 8), ("g4-seed", 4), ("g2-seed", 2)):
         sums = [f"{sum(runs[f'{prefix}{s}'][e]['seconds'] for s in range(1, size + 1)):.1f}" for e in (0, 1)]
         assert f"{sums[0]} and {sums[1]} s" in gpus, (prefix, sums)
+    peaks = {prefix: max(r["peak_gpu_memory_bytes"] for name, rows in runs.items() if name.startswith(prefix)
+                         for r in rows) / 2**30 for prefix in ("group-", "g4-", "g2-", "solo-")}
+    assert (f"group of 8 peaked at {peaks['group-']:.2f} GiB of GPU memory, of 4 at {peaks['g4-']:.2f}, "
+            f"of 2 at {peaks['g2-']:.2f}, a solo run at {peaks['solo-']:.2f}") in " ".join(gpus.split()), peaks

@@ -134,6 +134,7 @@ def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, m
     replay: outputs and gradients are the eager loops' exactly (padded steps keep the state)."""
     from model.kernels import grouped_lstm
     monkeypatch.setattr(grouped_lstm.Loops, "captures", {})
+    monkeypatch.setattr(grouped_lstm.Loops, "captured_members", None)
     torch.manual_seed(2)
     g, t, b, h = 2, max(lengths), 3, 4
     x = torch.randn(g, t, b, 4 * h, requires_grad=True)
@@ -156,6 +157,10 @@ def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, m
     for eager, captured in zip(*results):
         assert eager.shape == captured.shape
         torch.testing.assert_close(eager, captured, rtol=0, atol=1e-13)
+    # A group that shrinks (a run finished) frees the larger group's captures.
+    kept = dict(captures)
+    grouped_lstm.grouped_lstm_recurrence(x[:1], states[0][:1], states[1][:1], weights[0][:1])
+    assert len(grouped_lstm.Loops.captures) == 1 and not set(grouped_lstm.Loops.captures) & set(kept)
 
 
 def test_grouped_bodies_compute_each_bodys_own_forward(float64):
@@ -219,6 +224,7 @@ def test_a_group_through_the_et_asgd_switch_equals_its_solo_runs(step, captured,
     from model.kernels import grouped_lstm
     monkeypatch.setattr(grouped_lstm, "CAPTURE", captured)
     monkeypatch.setattr(grouped_lstm.Loops, "captures", {})
+    monkeypatch.setattr(grouped_lstm.Loops, "captured_members", None)
     schedule = [*tiny, "train.epochs=3", "train.asgd_trigger=et", "train.asgd_switch_epoch=1"]
     runs = [("softmax", 1), ("softmax", 2), ("mos", 1)]
     for head, seed in runs:

@@ -154,9 +154,13 @@ class CapturedCall:
 
 class Loops:
     """How the two time loops run: launched step by step from Python (eager), or each captured
-    once per shape and replayed (CapturedCall; the captures are kept for the process)."""
+    once per shape and replayed (CapturedCall). The captures are kept while the group keeps its
+    size: their buffers hold the loops' saved tensors (by their sizes, about 1 GiB per
+    sequence-length bucket for 8 runs at PTB's shapes), so a group that shrinks (a run finished)
+    frees the larger group's."""
 
     captures: ClassVar[dict] = {}
+    captured_members: ClassVar[Optional[int]] = None
     capture_failed: ClassVar[bool] = False
 
     def __init__(self, compiled: bool, captured: bool):
@@ -173,6 +177,9 @@ class Loops:
         fn = partial(loop, compiled=self.compiled)
         if self.captured:
             key = (loop.__name__, self.compiled, *((x.shape, x.dtype, x.device) for x in args))
+            if Loops.captured_members != args[0].size(0):
+                Loops.release()
+                Loops.captured_members = args[0].size(0)
             try:
                 if key not in Loops.captures:
                     Loops.captures[key] = CapturedCall(fn, args)
@@ -191,6 +198,7 @@ class Loops:
     def release() -> None:
         """Free every capture (their buffers and graphs)."""
         Loops.captures.clear()
+        Loops.captured_members = None
 
 
 class GroupedLSTMRecurrence(torch.autograd.Function):
