@@ -105,3 +105,37 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
         names = archive.getnames()
     assert sum(n.endswith("metrics.jsonl") for n in names) == 10
     assert not any(n.endswith(".pt") for n in names)
+
+
+def test_the_gpu_seeds_script_packs_the_finished_runs(small_data, tmp_path):
+    """scripts/gpu_seeds.sh with FAST=1 on a plan of two runs: a job whose budget ends at once
+    packs nothing and exits 0 (the next job carries on; sweep.py's stop and resume are
+    tests/test_sweep_stop.py's), the next one trains the two as one group, evaluates and ranks
+    them, and packs their result files without checkpoints."""
+    import tarfile
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: two seeds\nout: unused\nrank: [--contexts, '10000']\nexperiments:\n"
+                    + "".join(f"  - config: configs/ptb_mini/{h}.yaml\n    seeds: [4]\n" for h in ("softmax", "mos")))
+    env = dict(os.environ, FAST="1", PYTHON=sys.executable, OMP_NUM_THREADS="1", PLAN=str(plan),
+               RUNS=str(tmp_path / "runs"), EXTRA=f"data.data_dir={small_data} data.allow_modified_corpus=true")
+
+    def job(out: Path, budget: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "scripts/gpu_seeds.sh"], capture_output=True, text=True, timeout=900,
+                              env=dict(env, OUT=str(out), BUDGET=str(budget)))
+    first = job(tmp_path / "out1", 1)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "0 runs finished (none)" in first.stdout and not (tmp_path / "out1" / "seeds.tar.gz").exists()
+    second = job(tmp_path / "out2", 600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    names = ["ptb-mos-seed4", "ptb-softmax-seed4"]
+    assert f"2 runs finished ({' '.join(names)})" in second.stdout
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["env.txt", "seeds.tar.gz", "sweep.txt"]
+    with tarfile.open(tmp_path / "out2" / "seeds.tar.gz") as archive:
+        files = set(archive.getnames())
+        info = json.loads(archive.extractfile(f"{names[0]}/run.json").read())
+    for name in names:
+        for result in ("config.yaml", "metrics.jsonl", "eval_best.json", "rank_test.json", "run.json",
+                       "cpu_times.jsonl", "singular_values_test_logp.npy"):
+            assert f"{name}/{result}" in files, (name, result)
+    assert not any(f.endswith((".pt", "lock", "sweep.log")) for f in files)
+    assert [Path(r).name for r in info["groups"][0]["runs"]] == sorted(names, reverse=True)   # plan order
