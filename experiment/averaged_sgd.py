@@ -24,8 +24,14 @@ class AveragedSGD(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """Per parameter p with a gradient g, with its own step count n and step size eta:
+            p <- p - eta (g + weight_decay p);  n <- n + 1;  ax <- ax + (p - ax) / n;  eta <- lr.
+        Parameters whose n and eta agree (all of a group's, unless one had no gradient at some
+        step) are updated together by multi-tensor operations: on a GPU a few launches for the
+        whole model instead of four per parameter; on a CPU the same per-tensor arithmetic."""
         assert closure is None, "AveragedSGD does not take a closure"
         for group in self.param_groups:
+            together: dict[tuple, list] = {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -34,13 +40,17 @@ class AveragedSGD(torch.optim.Optimizer):
                     state["step"] = 0
                     state["eta"] = float(group["lr"])
                     state["ax"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                grad = p.grad
+                together.setdefault((state["step"], state["eta"]), []).append(p)
+            for (steps, eta), params in together.items():
+                grads = [p.grad for p in params]
                 if group["weight_decay"] != 0:
-                    grad = grad.add(p, alpha=group["weight_decay"])
-                p.add_(grad, alpha=-state["eta"])
-                state["step"] += 1
-                state["ax"].add_(p.sub(state["ax"]), alpha=1.0 / state["step"])
-                state["eta"] = float(group["lr"])
+                    grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+                torch._foreach_add_(params, grads, alpha=-eta)
+                averages = [self.state[p]["ax"] for p in params]
+                torch._foreach_add_(averages, torch._foreach_sub(params, averages), alpha=1.0 / (steps + 1))
+                for p in params:
+                    self.state[p]["step"] = steps + 1
+                    self.state[p]["eta"] = float(group["lr"])
 
     def averaged(self, p: torch.Tensor) -> torch.Tensor:
         """The running average for parameter p (p itself if it has not been stepped yet)."""

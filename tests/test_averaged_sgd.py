@@ -75,3 +75,44 @@ def test_unstepped_parameter_average_is_itself():
     p = torch.nn.Parameter(torch.ones(2))
     opt = AveragedSGD([p], lr=1.0)
     assert opt.averaged(p) is p
+
+
+def reference_step(opt: AveragedSGD) -> None:
+    """AveragedSGD.step written per parameter, plainly (its docstring's update)."""
+    with torch.no_grad():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = opt.state[p]
+                if not state:
+                    state.update(step=0, eta=float(group["lr"]), ax=torch.zeros_like(p))
+                grad = p.grad.add(p, alpha=group["weight_decay"]) if group["weight_decay"] else p.grad
+                p.add_(grad, alpha=-state["eta"])
+                state["step"] += 1
+                state["ax"].add_(p.sub(state["ax"]), alpha=1.0 / state["step"])
+                state["eta"] = float(group["lr"])
+
+
+def test_the_multi_tensor_step_is_the_per_parameter_update_bit_for_bit():
+    """Several parameters in two groups, one of them without a gradient at some steps (so that
+    its step count and step size part from the others'): weights and averages equal the plain
+    per-parameter update exactly."""
+    runs = []
+    for step_fn in (AveragedSGD.step, reference_step):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(shape)) for shape in ((3, 4), (5,), (2, 2), (7,))]
+        opt = AveragedSGD([{"params": params[:3]}, {"params": params[3:], "lr": 0.3}], lr=1.0,
+                          weight_decay=0.01)
+        for step, lr in enumerate(LRS):
+            opt.param_groups[0]["lr"] = lr
+            for k, p in enumerate(params):
+                p.grad = None if (k == 1 and step in (1, 2)) else torch.sin(p.detach() * (step + k + 1))
+            step_fn(opt)
+        runs.append((params, opt))
+    (ours, opt), (theirs, ref) = runs
+    assert opt.state[ours[1]]["step"] == len(LRS) - 2 and opt.state[ours[0]]["step"] == len(LRS)
+    for p, q in zip(ours, theirs):
+        assert torch.equal(p, q)
+        assert torch.equal(opt.averaged(p), ref.averaged(q))
+        assert opt.state[p]["eta"] == ref.state[q]["eta"] and opt.state[p]["step"] == ref.state[q]["step"]

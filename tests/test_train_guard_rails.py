@@ -45,6 +45,20 @@ def small(small_data) -> list[str]:
 
 
 # ---------------------------------------------------------------------- nothing non-finite
+@pytest.mark.parametrize("multi_tensor", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None])
+def test_the_weight_checks_are_finite_exactly_when_every_weight_is(multi_tensor, bad):
+    """train.extremes both ways (per tensor on a CPU, one multi-tensor reduction on a GPU, run
+    here on the CPU): a NaN or an infinity anywhere in any tensor makes a value non-finite, huge
+    finite weights do not (nothing overflows)."""
+    import math
+    weights = [torch.full((3, 4), 3e38), torch.randn(5), torch.randn(2, 2)]
+    if bad is not None:
+        weights[1][3] = bad
+    values = train.extremes(weights, multi_tensor=multi_tensor).tolist()
+    assert all(map(math.isfinite, values)) == (bad is None)
+
+
 
 def test_a_non_finite_update_after_a_finite_loss_writes_no_checkpoint(small, tmp_path, capsys):
     """lr = 1e30 and a checkpoint every step: step 2's loss is still finite (~1e28), the
