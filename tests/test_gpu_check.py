@@ -49,3 +49,23 @@ def test_one_section_alone(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[ok] group mos: " in proc.stdout and "== LSTM: device against the CPU" not in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "3 of 3 checks passed"
+
+
+def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatch, capsys):
+    """The group rows can fail: one member's batched output off by 1e-4 (far more than float32
+    rounding; its gradients then differ by about that much) is FAILED, the others stay ok."""
+    import torch
+
+    import model.group
+    from benchmarks import gpu_check
+    real = model.group.grouped_forward
+
+    def off(bodies, *args, **kwargs):
+        outputs = real(bodies, *args, **kwargs)
+        outputs[1] = outputs[1]._replace(output=outputs[1].output * (1 + 1e-4))    # the MoS member
+        return outputs
+    monkeypatch.setattr(model.group, "grouped_forward", off)
+    report = gpu_check.Report()
+    gpu_check.group_agreement(report, torch.device("cpu"), fast=True)
+    assert [(c.name, c.ok) for c in report.checks] == [("group softmax", True), ("group mos", False),
+                                                        ("group mixtape", True)]
