@@ -29,8 +29,9 @@ every process then takes alike. Rank 0 validates and writes the run directory.
 
 The loop (`train_runs`) takes one step of every run it trains at a time: a run alone, or a
 group's runs (--group), whose steps experiment/group.py takes together: each run's step is the
-same 1-3 in phases (begin_step, chunk_loss, update, end_step), its bodies computed in one batched
-pass on a GPU (model/group.py), and each run validates when its own epoch ends.
+same 1-3 in phases (begin_step, then the chunks' losses and the update, then end_step), its bodies,
+same-class heads, losses and updates computed together on a GPU (experiment/group.py, model/group.py),
+and each run validates when its own epoch ends.
 
 Around the algorithm, in experiment/: which run a command line means and the checks before it
 starts (training_run.py), what best.pt and last.pt hold (checkpoint.py), what is shown and
@@ -179,6 +180,7 @@ class Trainer:
     def train_step(self) -> float:
         """One optimizer step (the module docstring's 1-3); its mean training NLL."""
         batch = self.begin_step()
+        self.step_totals = torch.zeros(2, device=self.device)   # (NLL, loss) of this process's chunks
         for c, (start, end) in enumerate(self.chunks):
             with self.world.accumulating(self.training_model, last_chunk=c == len(self.chunks) - 1):
                 out = self.training_model(batch.inputs[:, start:end], detach(self.progress.hidden[c]),
@@ -198,7 +200,6 @@ class Trainer:
         inputs, targets = get_batch(self.train_data, self.progress.position, seq_len)
         self.training_model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step_totals = torch.zeros(2, device=self.device)   # (NLL, loss) of this process's chunks
         return StepBatch(seq_len, inputs, targets)
 
     def chunk_loss(self, c: int, out) -> torch.Tensor:

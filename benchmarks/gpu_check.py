@@ -225,9 +225,10 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
-    """One batched group step (train.py --group's on a GPU: model/group.py) against each member's
-    solo step, from the same weights and masks: Softmax, MoS and Mixtape of the miniature, of
-    three lengths (the group pads and stops each at its own), their losses and gradients.
+    """One batched group step (train.py --group's on a GPU: model/group.py's bodies, then
+    experiment/group.py's heads and losses) against each member's solo step, from the same weights
+    and masks: Softmax (its batched head), MoS and Mixtape of the miniature, of three lengths (the
+    group pads and stops each at its own), their losses and gradients.
 
     Float32 rounding differs per parameter (MoS's gradients are worse conditioned than Softmax's),
     so its scale is measured: the solo step is also computed with the device's other LSTM kernel
@@ -235,6 +236,7 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
     1e-5 still agrees if that is within ROUNDING_FACTOR times the two solo kernels' difference. All
     gradients together must agree to 1e-5."""
 
+    from experiment.group import grouped_losses
     from model.group import grouped_forward
     from model.random_stream import RandomStream
     from train import regularized_loss
@@ -261,17 +263,15 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
         return loss.item(), grads
     solo = [solo_step(*member[1:], nullcontext()) for member in members]
     other = [solo_step(*member[1:], other_lstm_kernel(device))[1] for member in members]
-    masks = []
+    draws = []
     for name, model, stream, inputs, *_ in members:
         with stream:
-            masks.append(model.body.draw_masks(*inputs.shape))
+            draws.append(model.body.draw_random(*inputs.shape))
     bodies = grouped_forward([m[1].body for m in members], [m[3] for m in members],
-                             [m[1].init_hidden(batch) for m in members], masks)
-    losses = []
-    for (name, model, stream, inputs, targets, t), body in zip(members, bodies):
-        with stream:
-            losses.append(regularized_loss(model.apply_head(body, targets), t.alpha, t.beta)[1])
-    torch.stack(losses).sum().backward()
+                             [m[1].init_hidden(batch) for m in members], draws)
+    _, losses = grouped_losses([m[1] for m in members], bodies, [m[4] for m in members], [m[2] for m in members],
+                               [(m[5].alpha, m[5].beta) for m in members])
+    losses.sum().backward()
     for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads), other_grads in zip(members, losses, solo, other):
         loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)
         names = [n for n, _ in model.named_parameters()]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +41,7 @@ from pathlib import Path
 import torch
 
 from model import count_parameters
-from model.group import grouped_forward
+from model.group import grouped_forward, padded, stacked
 from model.random_stream import RandomStream
 from .distributed import World
 from .progress import TrainingProgress
@@ -143,34 +144,115 @@ def step_kind(choice: str, device: torch.device) -> str:
 # ---------------------------------------------------------------------- a group's step
 def batched_steps(trainers: list) -> list:
     """One step of every member (train.py's step 1-3), the bodies computed together: per column
-    chunk, each member's masks from its own stream, one batched pass of the bodies, each member's
-    head from its own stream and its loss, one backward; then each member's update, and every
-    member's checks read at one device sync."""
+    chunk, each member's random numbers for its body from its own stream, one batched pass of the
+    bodies, the heads and losses (`grouped_losses`), one backward; then every member's update
+    (`batched_update`), its checks read at one device sync for the whole group."""
     from train import TrainingStopped, detach
     batches = [t.begin_step() for t in trainers]
+    totals = 0
     for c, (start, end) in enumerate(trainers[0].chunks):
-        masks = []
+        draws = []
         for t, batch in zip(trainers, batches):
             with t.random_stream:
-                masks.append(t.model.body.draw_masks(batch.inputs.size(0), end - start))
+                draws.append(t.model.body.draw_random(batch.inputs.size(0), end - start))
         bodies = grouped_forward([t.model.body for t in trainers], [b.inputs[:, start:end] for b in batches],
-                                 [detach(t.progress.hidden[c]) for t in trainers], masks)
-        losses = []
-        for t, batch, body in zip(trainers, batches, bodies):
-            with t.random_stream:
-                losses.append(t.chunk_loss(c, t.model.apply_head(body, batch.targets[:, start:end])))
-        torch.stack(losses).sum().backward()
-    checks = [t.update() for t in trainers]
-    values = torch.cat(checks).tolist()
-    results, offset = [], 0
+                                 [detach(t.progress.hidden[c]) for t in trainers], draws)
+        nll, loss = grouped_losses([t.model for t in trainers], bodies, [b.targets[:, start:end] for b in batches],
+                                   [t.random_stream for t in trainers],
+                                   [(t.config.train.alpha, t.config.train.beta) for t in trainers])
+        weight = (end - start) / trainers[0].config.train.batch_size    # the chunk's share (the same for all)
+        (loss.sum() * weight).backward()
+        totals = totals + torch.stack([nll.detach(), loss.detach()], dim=1) * weight   # (G, 2)
+        for k, t in enumerate(trainers):
+            t.progress.hidden[c] = bodies.member(k).hidden
+    checks = batched_update(trainers, totals)
+    results = []
     for t, batch, own in zip(trainers, batches, checks):
         t.stop_signal = t.signals.received
         try:
-            results.append(t.end_step(values[offset: offset + own.numel()], batch))
+            results.append(t.end_step(own, batch))
         except TrainingStopped as e:
             results.append(e)
-        offset += own.numel()
     return results
+
+
+def grouped_losses(models: list, bodies, targets: list, streams: list, regularizers: list):
+    """Each member's mean NLL and its loss NLL + AR + TAR (train.regularized_loss), as two (G,)
+    tensors, from the group's bodies (model/group.py's GroupedBodies), each member's targets
+    (T_g, B), random stream and (alpha, beta). Members whose head class has a batched form
+    (`OutputHead.grouped_target_log_probs`) are computed together, one batch per class; every
+    other member's head runs on its own, in its own stream. AR and TAR, over each member's own
+    steps, are computed for all members at once."""
+    members, steps = bodies.output.shape[:2]
+    device, dtype = bodies.output.device, bodies.output.dtype
+    valid = bodies.valid()                                                               # (G, T)
+    # Per member: alpha, beta, and the number of entries each mean is over (one copy to the device).
+    batch, width = bodies.output.size(2), bodies.output.size(3)
+    constants = torch.tensor([[a, b, n * batch, n * batch * width, (n - 1) * batch * width]
+                              for (a, b), n in zip(regularizers, bodies.lengths)], dtype=dtype, device=device)
+    alpha, beta, positions, entries, differences = constants.unbind(1)
+    pieces = []                                    # (members, their NLLs), one piece per batch or member
+    by_class: dict[type, list[int]] = {}
+    for k, model in enumerate(models):
+        by_class.setdefault(type(model.head), []).append(k)
+    for cls, index in by_class.items():
+        every = index == list(range(members))
+        pick = (lambda x: x) if every else (lambda x: x[index])
+        heads = [models[k].head for k in index]
+        tied = all(models[k].head.decoder.weight is models[k].body.encoder.weight for k in index)
+        weights = pick(bodies.embedding) if tied else stacked([h.decoder.weight for h in heads])
+        picked = cls.grouped_target_log_probs(heads, pick(bodies.output), padded(targets if every else
+                                              [targets[k] for k in index], steps), weights)
+        if picked is not None:
+            pieces.append((index, -(picked * pick(valid)[:, :, None]).sum((1, 2)) / pick(positions)))
+            continue
+        for k in index:
+            with streams[k]:
+                own = models[k].head.target_log_probs(bodies.member(k).output, targets[k])
+            pieces.append(([k], -own.mean().reshape(1)))
+    if len(pieces) == 1:
+        nll = pieces[0][1]
+    else:                                          # back into the members' order
+        order = [k for index, _ in pieces for k in index]
+        nll = torch.cat([values for _, values in pieces])[sorted(range(members), key=order.__getitem__)]
+    ar = (bodies.output.square() * valid[:, :, None, None]).sum((1, 2, 3)) / entries
+    change = (bodies.raw[:, 1:] - bodies.raw[:, :-1]).square() * valid[:, 1:, None, None]
+    tar = change.sum((1, 2, 3)) / differences
+    return nll, nll + alpha * ar + beta * tar
+
+
+def batched_update(trainers: list, totals: torch.Tensor) -> list[list[float]]:
+    """Step 3 of every member up to its checks (Trainer.update's, for all at once): each one's
+    gradient norm and clipping (clip_grad_norm_'s maths), its own SGD / averaged SGD step, and its
+    checks (its step's NLL and loss from `totals` (G, 2), the gradient norm, every weight's
+    `extremes`), read at one device sync; each member's checks as Trainer.end_step takes them."""
+    from train import extremes
+    grads = [[p.grad for p in t.params if p.grad is not None] for t in trainers]
+    flat = [g for own in grads for g in own]
+    device, dtype = flat[0].device, flat[0].dtype
+    owner = torch.tensor([k for k, own in enumerate(grads) for _ in own], device=device)
+    squares = torch.stack(torch._foreach_norm(flat)).square()
+    norms = squares.new_zeros(len(trainers)).index_add_(0, owner, squares).sqrt()       # (G,)
+    clips = [t.config.train.clip for t in trainers]
+    if any(clips):
+        limits = torch.tensor([c if c > 0 else math.inf for c in clips], dtype=dtype, device=device)
+        scale = (limits / (norms + 1e-6)).clamp(max=1.0)
+        for k, (own, clip) in enumerate(zip(grads, clips)):
+            if clip > 0:
+                torch._foreach_mul_(own, scale[k])
+    for t in trainers:
+        t.optimizer.step()
+    params = [p for t in trainers for p in t.params]
+    weights = extremes(params)
+    per_weight = weights.numel() // len(params)
+    values = torch.cat([totals.flatten(), norms, weights]).tolist()
+    members = len(trainers)
+    checks, offset = [], 3 * members
+    for k, t in enumerate(trainers):
+        count = per_weight * len(t.params)
+        checks.append([*values[2 * k: 2 * k + 2], values[2 * members + k], *values[offset: offset + count]])
+        offset += count
+    return checks
 
 
 class SideBySide:

@@ -37,8 +37,18 @@ def keep_mask(shape, p: float, like: torch.Tensor) -> torch.Tensor:
     F.dropout uses), and the weight drop draws millions of entries every step. From the current
     run's stream (model/random_stream.py): the global generator unless a group's member computes.
     """
-    uniform = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator_for(like.device))
-    return (uniform >= p).to(like.dtype).mul_(1.0 / (1.0 - p))
+    return kept(uniform(shape, like), p)
+
+
+def uniform(shape, like: torch.Tensor) -> torch.Tensor:
+    """U[0, 1) numbers of `shape` in like's dtype and device, from the current run's stream."""
+    return torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator_for(like.device))
+
+
+def kept(uniforms: torch.Tensor, p: float) -> torch.Tensor:
+    """The keep mask that `uniforms` give at drop rate p: 1/(1-p) where >= p, else 0 (computed in
+    place: the uniforms become the mask)."""
+    return uniforms.ge_(p).mul_(1.0 / (1.0 - p))
 
 
 def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -53,7 +63,11 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, p: float, trainin
 
 def word_mask(weight: torch.Tensor, p: float) -> torch.Tensor:
     """Embedding dropout's mask: one entry per word of the vocabulary (V, 1)."""
-    return keep_mask((weight.size(0), 1), p, weight)
+    return keep_mask(word_mask_shape(weight), p, weight)
+
+
+def word_mask_shape(weight: torch.Tensor) -> tuple[int, int]:
+    return weight.size(0), 1
 
 
 def masked_embedding(ids: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -71,13 +85,12 @@ def embedding_noise(x: torch.Tensor, sigma: float, training: bool) -> torch.Tens
     """
     if not training or sigma == 0:
         return x
-    return x + noise_draw(x.shape, sigma, x)
+    return x + normal(x.shape, x).mul_(sigma)
 
 
-def noise_draw(shape, sigma: float, like: torch.Tensor) -> torch.Tensor:
-    """N(0, sigma^2) of `shape` in like's dtype and device, from the current run's stream."""
-    return torch.randn(shape, dtype=like.dtype, device=like.device,
-                       generator=generator_for(like.device)).mul_(sigma)
+def normal(shape, like: torch.Tensor) -> torch.Tensor:
+    """N(0, 1) numbers of `shape` in like's dtype and device, from the current run's stream."""
+    return torch.randn(shape, dtype=like.dtype, device=like.device, generator=generator_for(like.device))
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -150,12 +163,33 @@ class WeightDropLSTM(nn.Module):
 
 
 class BodyMasks(NamedTuple):
-    """A training forward's random numbers (None where nothing is dropped)."""
+    """A training forward's masks (None where nothing is dropped)."""
     words: Optional[torch.Tensor]          # embedding dropout, (V, 1)
     noise: Optional[torch.Tensor]          # embedding noise, (T, B, emsize), sigma-scaled
     inputs: Optional[torch.Tensor]         # dropouti, (1, B, emsize)
     weight_hh: list                        # per layer: weight drop, (4 H, H)
     outputs: list                          # per layer: dropouth (dropout after the last), (1, B, H)
+
+
+class BodyRandom(NamedTuple):
+    """A training forward's random numbers as drawn, in BodyMasks' fields and shapes (None where
+    nothing is dropped): U[0, 1) for each dropout, N(0, 1) for the noise. `rates` gives each
+    field's drop rate (the noise's sigma); `masks` turns them into the masks (in place). A group
+    run stacks its members' draws and makes all their masks at once (model/group.py)."""
+    words: Optional[torch.Tensor]
+    noise: Optional[torch.Tensor]
+    inputs: Optional[torch.Tensor]
+    weight_hh: list
+    outputs: list
+
+    def masks(self, rates: "BodyMasks") -> BodyMasks:
+        def mask(draw, p):
+            return None if draw is None else kept(draw, p)
+        return BodyMasks(mask(self.words, rates.words),
+                         None if self.noise is None else self.noise.mul_(rates.noise),
+                         mask(self.inputs, rates.inputs),
+                         [mask(d, p) for d, p in zip(self.weight_hh, rates.weight_hh)],
+                         [mask(d, p) for d, p in zip(self.outputs, rates.outputs)])
 
 
 class BodyOutput(NamedTuple):
@@ -186,21 +220,34 @@ class AWDLSTMBody(nn.Module):
         """The locked dropout rate after each LSTM layer."""
         return [self.dropouth] * (len(self.rnns) - 1) + [self.dropout]
 
+    def rates(self) -> BodyMasks:
+        """Each mask's drop rate, in BodyMasks' fields (the noise's: its sigma)."""
+        return BodyMasks(self.dropoute, self.emb_noise, self.dropouti,
+                         [rnn.weight_drop for rnn in self.rnns], self.output_dropouts())
+
+    def draw_random(self, steps: int, batch: int) -> BodyRandom:
+        """The random numbers of a training forward over (steps, batch) ids, drawn in the order the
+        computation uses them (as each regulariser would draw its own): word mask, noise,
+        dropouti, then each layer's weight drop and output dropout. None where a rate is 0."""
+        rates, weight = self.rates(), self.encoder.weight
+        emsize = weight.size(1)
+
+        def draw(p, shape):
+            return uniform(shape, weight) if p else None
+        words = draw(rates.words, word_mask_shape(weight))
+        noise = normal((steps, batch, emsize), weight) if rates.noise else None
+        inputs = draw(rates.inputs, (1, batch, emsize))
+        weight_hh, outputs = [], []
+        for rnn, p_weights, p_outputs in zip(self.rnns, rates.weight_hh, rates.outputs):
+            weight_hh.append(draw(p_weights, rnn.weight_hh.shape))
+            outputs.append(draw(p_outputs, (1, batch, rnn.hidden_size)))
+        return BodyRandom(words, noise, inputs, weight_hh, outputs)
+
     def draw_masks(self, steps: int, batch: int) -> BodyMasks:
-        """The masks of a forward over (steps, batch) ids, drawn in the order the computation
-        uses them (as each regulariser would draw its own): word mask, noise, dropouti, then each
-        layer's weight drop and output dropout."""
+        """The masks of a training forward (none in eval)."""
         if not self.training:
             return BodyMasks(None, None, None, [None] * len(self.rnns), [None] * len(self.rnns))
-        weight = self.encoder.weight
-        words = word_mask(weight, self.dropoute) if self.dropoute else None
-        noise = noise_draw((steps, batch, weight.size(1)), self.emb_noise, weight) if self.emb_noise else None
-        inputs = keep_mask((1, batch, weight.size(1)), self.dropouti, weight) if self.dropouti else None
-        weight_hh, outputs = [], []
-        for rnn, p in zip(self.rnns, self.output_dropouts()):
-            weight_hh.append(rnn.weight_drop_mask())
-            outputs.append(keep_mask((1, batch, rnn.hidden_size), p, weight) if p else None)
-        return BodyMasks(words, noise, inputs, weight_hh, outputs)
+        return self.draw_random(steps, batch).masks(self.rates())
 
     def embed(self, ids: torch.Tensor, masks: BodyMasks) -> torch.Tensor:
         """The first LSTM's input: the embedding with its dropout, noise and dropouti."""

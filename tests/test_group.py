@@ -43,6 +43,22 @@ def float64():
 
 
 @pytest.fixture
+def tiny_models():
+    """Tiny training-mode models of the given heads over a vocabulary of 50 (float32)."""
+    from experiment.config import load_config
+    from model import build_model
+
+    def build(heads):
+        models = []
+        for seed, head in enumerate(heads):
+            torch.manual_seed(seed)
+            config = load_config(f"{MINI}/{head}.yaml", [*TINY, "head.compile=false"] if head != "softmax" else TINY)
+            models.append(build_model(config, 50).train())
+        return models
+    return build
+
+
+@pytest.fixture
 def tiny(small_data) -> list[str]:
     return [f"data.data_dir={small_data}", *TINY, "run.log_interval=1000"]
 
@@ -182,16 +198,70 @@ def test_grouped_bodies_compute_each_bodys_own_forward(float64):
             solo.append(body(x, h))
     for stream, start in zip(streams, starts):
         stream.restore(start["torch"], None)
-    masks = []
+    draws = []
     for body, x, stream in zip(bodies, ids, streams):
         with stream:
-            masks.append(body.draw_masks(*x.shape))
-    for mine, theirs in zip(solo, grouped_forward(bodies, ids, hidden, masks)):
+            draws.append(body.draw_random(*x.shape))
+    grouped = grouped_forward(bodies, ids, hidden, draws)
+    for k, mine in enumerate(solo):
+        theirs = grouped.member(k)
         torch.testing.assert_close(mine.output, theirs.output, rtol=0, atol=1e-14)
         torch.testing.assert_close(mine.last_raw_output, theirs.last_raw_output, rtol=0, atol=1e-14)
         for (h1, c1), (h2, c2) in zip(mine.hidden, theirs.hidden):
             torch.testing.assert_close(h1, h2, rtol=0, atol=1e-14)
             torch.testing.assert_close(c1, c2, rtol=0, atol=1e-14)
+
+
+def test_the_groups_masks_are_each_members_own_bit_for_bit():
+    """In float32, as a GPU trains: the masks made for the whole group from the members' draws
+    (stacked, thresholded and scaled at once) are exactly those each member's solo forward makes,
+    a member without a dropout given ones (its noise zeros)."""
+    from model.body import BodyMasks
+    from model.group import group_masks
+    bodies = [AWDLSTMBody(30, 6, 9, 6, 3, *dropouts, emb_noise=noise).train()
+              for dropouts, noise in [((0.2, 0.1, 0.3, 0.1, 0.4), 0.0), ((0, 0, 0, 0, 0), 0.0),
+                                      ((0.4, 0.3, 0.45, 0.07, 0.5), 0.2)]]
+    solo, draws = [], []
+    for seed, (body, steps) in enumerate(zip(bodies, (7, 5, 6))):
+        torch.manual_seed(seed)
+        solo.append(body.draw_masks(steps, 4))
+        torch.manual_seed(seed)
+        draws.append(body.draw_random(steps, 4))
+    group = group_masks(draws, [b.rates() for b in bodies], steps=7)
+    for k, (mine, body) in enumerate(zip(solo, bodies)):
+        for field in ("words", "inputs"):
+            own = getattr(mine, field)
+            expected = torch.ones_like(getattr(group, field)[k]) if own is None else own
+            assert torch.equal(getattr(group, field)[k], expected), (k, field)
+        for field in ("weight_hh", "outputs"):
+            for layer, own in enumerate(getattr(mine, field)):
+                stacked = getattr(group, field)[layer][k]
+                assert torch.equal(stacked, torch.ones_like(stacked) if own is None else own), (k, field, layer)
+        n = len(mine.noise) if mine.noise is not None else 0
+        assert torch.equal(group.noise[k, :n], mine.noise) if n else not group.noise[k].any()
+        assert not group.noise[k, n:].any()
+    assert isinstance(group, BodyMasks)
+
+
+def test_no_two_parameters_of_a_group_share_gradient_memory(tiny_models):
+    """After a batched step every member's every parameter has a .grad of its own memory:
+    autograd keeps slices of the stacked gradients as the members' .grad, and two that overlapped
+    (bias_ih's and bias_hh's, once) would both change under one's in-place clipping or a second
+    chunk's accumulation."""
+    from experiment.group import grouped_losses
+    models = tiny_models(["softmax", "softmax", "mos"])
+    ids = [torch.randint(0, 50, (n, 3)) for n in (6, 4, 6)]
+    draws = [m.body.draw_random(*x.shape) for m, x in zip(models, ids)]
+    bodies = grouped_forward([m.body for m in models], ids, [m.init_hidden(3) for m in models], draws)
+    streams = [RandomStream(torch.device("cpu")) for _ in models]
+    nll, loss = grouped_losses(models, bodies, [torch.randint(0, 50, (n, 3)) for n in (6, 4, 6)], streams,
+                               [(2.0, 1.0)] * 3)
+    loss.sum().backward()
+    spans = sorted((p.grad.data_ptr(), p.grad.data_ptr() + p.grad.numel() * p.grad.element_size(), name)
+                   for m in models for name, p in m.named_parameters() if p.grad is not None)
+    assert len(spans) == sum(1 for m in models for p in m.parameters())
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        assert end <= start, f"{first} and {second} share gradient memory"
 
 
 def test_a_stream_draws_what_the_global_generator_would_in_its_thread_only():

@@ -99,6 +99,16 @@ class OutputHead(nn.Module):
         log_probs = self(g).log_probs
         return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
+    @classmethod
+    def grouped_target_log_probs(cls, heads: list, g: torch.Tensor, targets: torch.Tensor,
+                                 decoder_weights: torch.Tensor) -> Optional[torch.Tensor]:
+        """log p(target) of several heads of this class at once (a group run's members, each with
+        its own weights): (G, T, B) from g (G, T, B, nhidlast), targets (G, T, B) and the heads'
+        decoder weights stacked (G, V, d_emb), the same values as each head's target_log_probs.
+        None for a head without this batched form (the default): each member's head then runs on
+        its own, in its own random stream. A head that draws random numbers keeps the default."""
+        return None
+
     def set_word_counts(self, counts: torch.Tensor) -> None:
         """Called once on a new model with every word's count in the training split (V,), before
         training. A head whose structure depends on word frequencies (Mixtape's gate sharing)
