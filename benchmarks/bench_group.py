@@ -23,7 +23,8 @@ time, and the step of all of them as one group: what training the plan in one gr
 against training its runs one after another.
 
 --profile G: torch.profiler's tables (self CPU time, then device time) of --steps steps of a group
-of G miniature runs: where the step's time goes, for the next speed-up.
+of G miniature runs: where the step's time goes, for the next speed-up; on a GPU also how many
+times a step makes the host wait for the device (one is expected: the checks' read).
 
 Every figure is the median of --steps steps after --warmup steps; --kind chooses the group's
 step (auto: batched on CUDA, solo elsewhere; experiment/group.py). Corpora are not needed: the
@@ -152,6 +153,20 @@ def plan_table(args, device: torch.device, kind: str) -> None:
           f"{together * 1000:.1f} ms ({total / together:.2f}x)")
 
 
+def synchronizations(step) -> int:
+    """How many times one step makes the host wait for the GPU (CUDA's sync debug mode's warnings):
+    every wait stops the host queuing the next kernels while the GPU runs."""
+    import warnings
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 def profile_table(args, device: torch.device, kind: str) -> None:
     from torch.profiler import ProfilerActivity, profile
     config = SHAPES["mini"][0]
@@ -161,6 +176,8 @@ def profile_table(args, device: torch.device, kind: str) -> None:
         step()
     seconds = median_step(step, args.steps, device)
     print(f"\n{kind} step of a group of {args.profile} ({config}): {seconds * 1000:.1f} ms (median of {args.steps})")
+    if device.type == "cuda":
+        print(f"host-device synchronizations in one step: {synchronizations(step)} (the checks' one read expected)")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
         for _ in range(args.steps):

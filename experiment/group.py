@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from model import count_parameters
-from model.group import grouped_forward, padded, stacked
+from model.group import grouped_forward, on_device, padded, stacked
 from model.random_stream import RandomStream
 from .distributed import World
 from .progress import TrainingProgress
@@ -188,8 +188,8 @@ def grouped_losses(models: list, bodies, targets: list, streams: list, regulariz
     valid = bodies.valid()                                                               # (G, T)
     # Per member: alpha, beta, and the number of entries each mean is over (one copy to the device).
     batch, width = bodies.output.size(2), bodies.output.size(3)
-    constants = torch.tensor([[a, b, n * batch, n * batch * width, (n - 1) * batch * width]
-                              for (a, b), n in zip(regularizers, bodies.lengths)], dtype=dtype, device=device)
+    constants = on_device([[a, b, n * batch, n * batch * width, (n - 1) * batch * width]
+                           for (a, b), n in zip(regularizers, bodies.lengths)], device, dtype)
     alpha, beta, positions, entries, differences = constants.unbind(1)
     pieces = []                                    # (members, their NLLs), one piece per batch or member
     by_class: dict[type, list[int]] = {}
@@ -197,7 +197,8 @@ def grouped_losses(models: list, bodies, targets: list, streams: list, regulariz
         by_class.setdefault(type(model.head), []).append(k)
     for cls, index in by_class.items():
         every = index == list(range(members))
-        pick = (lambda x: x) if every else (lambda x: x[index])
+        rows = None if every else on_device(index, device)
+        pick = (lambda x: x) if every else (lambda x: x.index_select(0, rows))
         heads = [models[k].head for k in index]
         tied = all(models[k].head.decoder.weight is models[k].body.encoder.weight for k in index)
         weights = pick(bodies.embedding) if tied else stacked([h.decoder.weight for h in heads])
@@ -214,7 +215,7 @@ def grouped_losses(models: list, bodies, targets: list, streams: list, regulariz
         nll = pieces[0][1]
     else:                                          # back into the members' order
         order = [k for index, _ in pieces for k in index]
-        nll = torch.cat([values for _, values in pieces])[sorted(range(members), key=order.__getitem__)]
+        nll = torch.cat([values for _, values in pieces])[on_device(sorted(range(members), key=order.__getitem__), device)]
     ar = (bodies.output.square() * valid[:, :, None, None]).sum((1, 2, 3)) / entries
     change = (bodies.raw[:, 1:] - bodies.raw[:, :-1]).square() * valid[:, 1:, None, None]
     tar = change.sum((1, 2, 3)) / differences
@@ -230,12 +231,12 @@ def batched_update(trainers: list, totals: torch.Tensor) -> list[list[float]]:
     grads = [[p.grad for p in t.params if p.grad is not None] for t in trainers]
     flat = [g for own in grads for g in own]
     device, dtype = flat[0].device, flat[0].dtype
-    owner = torch.tensor([k for k, own in enumerate(grads) for _ in own], device=device)
+    owner = on_device([k for k, own in enumerate(grads) for _ in own], device)
     squares = torch.stack(torch._foreach_norm(flat)).square()
     norms = squares.new_zeros(len(trainers)).index_add_(0, owner, squares).sqrt()       # (G,)
     clips = [t.config.train.clip for t in trainers]
     if any(clips):
-        limits = torch.tensor([c if c > 0 else math.inf for c in clips], dtype=dtype, device=device)
+        limits = on_device([c if c > 0 else math.inf for c in clips], device, dtype)
         scale = (limits / (norms + 1e-6)).clamp(max=1.0)
         for k, (own, clip) in enumerate(zip(grads, clips)):
             if clip > 0:

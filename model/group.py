@@ -66,8 +66,18 @@ class GroupedBodies(NamedTuple):
     def valid(self) -> torch.Tensor:
         """(G, T) in the output's dtype: 1 where step t is member g's own, 0 in its padding."""
         steps = self.output.size(1)
-        lengths = torch.tensor(self.lengths, device=self.output.device)
+        lengths = on_device(self.lengths, self.output.device)
         return (torch.arange(steps, device=self.output.device) < lengths[:, None]).to(self.output.dtype)
+
+
+def on_device(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A small tensor of Python values on `device`, copied there without waiting: on a GPU from
+    pinned memory, asynchronously. torch.tensor(values, device=...) would wait for every kernel
+    queued before it, and a host that waits cannot queue the next kernels while the GPU runs."""
+    host, device = torch.tensor(values, dtype=dtype), torch.device(device)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def alive_steps(lengths: list[int], device) -> torch.Tensor | None:
@@ -75,7 +85,7 @@ def alive_steps(lengths: list[int], device) -> torch.Tensor | None:
     steps = max(lengths)
     if min(lengths) == steps:
         return None
-    return torch.arange(steps, device=device)[:, None] < torch.tensor(lengths, device=device)[None, :]
+    return torch.arange(steps, device=device)[:, None] < on_device(lengths, device)[None, :]
 
 
 def padded(tensors: list[torch.Tensor], steps: int) -> torch.Tensor:
@@ -102,9 +112,9 @@ def group_masks(draws: list[BodyRandom], rates: list[BodyMasks], steps: int) -> 
         like = next(d for d in fields[present[0]] if d is not None)
         # Every present field's rates and scales (member g's: p and 1/(1-p), 0 and 1 without a
         # draw) as one tensor: one copy to the device for the whole step.
-        table = torch.tensor([[[r[f] for r in flat_rates] for f in present],
-                              [[1.0 / (1.0 - r[f]) for r in flat_rates] for f in present]],
-                             dtype=like.dtype, device=like.device)              # (2, fields, G)
+        table = on_device([[[r[f] for r in flat_rates] for f in present],
+                           [[1.0 / (1.0 - r[f]) for r in flat_rates] for f in present]],
+                          like.device, like.dtype)                              # (2, fields, G)
         for row, f in enumerate(present):
             shape = next(d for d in fields[f] if d is not None).shape
             ones = like.new_ones(()).expand(shape)
@@ -115,7 +125,7 @@ def group_masks(draws: list[BodyRandom], rates: list[BodyMasks], steps: int) -> 
     noise = None
     if any(d.noise is not None for d in draws):
         like = next(d.noise for d in draws if d.noise is not None)
-        sigma = torch.tensor([r.noise for r in rates], dtype=like.dtype, device=like.device)
+        sigma = on_device([r.noise for r in rates], like.device, like.dtype)
         normals = padded([like.new_zeros(()).expand(like.shape) if d.noise is None else d.noise
                           for d in draws], steps)
         noise = normals * sigma.view(-1, 1, 1, 1)
