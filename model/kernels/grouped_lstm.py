@@ -46,72 +46,74 @@ STEP_BUCKET = 4        # captured loops pad T to a multiple of this: at most 3 i
 WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settles the allocator)
 
 
-def _cell(a, c):
-    """One step's pointwise part from the pre-activations a (G, B, 4H) and the cell state c:
-    (the activated gates, side by side as saved for the backward; c'; tanh(c'); h')."""
+def _cell(a, c, h, keep):
+    """One step's pointwise part from the pre-activations a (G, B, 4H), the state (h, c) it starts
+    from, and keep (G, 1, 1), true for a member still running: (the activated gates, side by
+    side as saved for the backward; c'; tanh of the new cell state; h'), where a member that has
+    ended keeps its h and c."""
     i, f, g, o = a.chunk(4, dim=-1)
     i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
     c_new = f * c + i * g
     tanh_c = torch.tanh(c_new)
-    return torch.cat([i, f, g, o], dim=-1), c_new, tanh_c, o * tanh_c
+    return (torch.cat([i, f, g, o], dim=-1), torch.where(keep, c_new, c), tanh_c,
+            torch.where(keep, o * tanh_c, h))
 
 
-def _cell_backward(gates, c, tanh_c, d_h, d_c):
-    """The gradients of one step's pre-activations and of the state c it started from, given
-    those of its outputs h' (d_h) and c' (d_c)."""
+def _cell_backward(gates, c, tanh_c, d_out, d_h, d_c, keep):
+    """The gradients of one step's pre-activations and of the cell state it started from, and
+    the part of h's gradient that bypasses the step, given the gradients of its output (d_out),
+    of the h' and c' it passed on (d_h, d_c) and keep (as in _cell). A member that had ended
+    passed its state on unchanged: its gradients go straight back to the step before, none into
+    this step's gates."""
+    d_h = d_h + d_out
+    ran = keep.to(d_h.dtype)
+    bypass_h, bypass_c = d_h * (1 - ran), d_c * (1 - ran)
+    d_h, d_c = d_h * ran, d_c * ran
     i, f, g, o = gates.chunk(4, dim=-1)
     d_c = d_c + d_h * o * (1 - tanh_c * tanh_c)
     d_a = torch.cat([d_c * g * i * (1 - i),               # input gate
                      d_c * c * f * (1 - f),               # forget gate
                      d_c * i * (1 - g * g),               # cell candidate
                      d_h * tanh_c * o * (1 - o)], dim=-1)  # output gate
-    return d_a, d_c * f
+    return d_a, d_c * f + bypass_c, bypass_h
 
 
-# On a GPU each of these is one fused kernel instead of about ten (torch.compile; eager elsewhere).
-# Every argument is (G, B, .), contiguous (the saved per-step tensors are stored time first), and G
-# is a symbol of the kernel: one compilation serves every group size and sequence length.
-CELL = FusedKernel(_cell, varying={0: (0,), 1: (0,)})
-CELL_BACKWARD = FusedKernel(_cell_backward, varying={k: (0,) for k in range(5)})
+# On a GPU each of these is one fused kernel instead of a dozen (torch.compile; eager elsewhere),
+# the members that have ended included: a step of the time loop is then two kernels each way
+# (the product with W_hh, the cell). Every argument is (G, B, .) or keep's (G, 1, 1), contiguous
+# (the saved per-step tensors are stored time first), and G is a symbol of the kernel: one
+# compilation serves every group size and sequence length.
+CELL = FusedKernel(_cell, varying={k: (0,) for k in range(4)})
+CELL_BACKWARD = FusedKernel(_cell_backward, varying={k: (0,) for k in range(7)})
 
 
 def recurrence_forward(xw, h0, c0, w_hh, alive, compiled: bool):
     """The time loop forward: (out (G, T, B, H), h, c, and for the backward the activated gates,
     the cell states each step started from and tanh of the new ones, each (T, G, B, .))."""
     w_hh_t = w_hh.transpose(1, 2)
+    keeps = alive.view(alive.size(0), -1, 1, 1)
     h, c = h0, c0
     outs, gates, cells, tanh_cells = [], [], [], []
     for t in range(xw.size(1)):
-        activated, c_new, tanh_c, h_new = CELL(torch.baddbmm(xw[:, t], h, w_hh_t), c, compiled=compiled)
+        cells.append(c)                       # the state the step started from
+        activated, c, tanh_c, h = CELL(torch.baddbmm(xw[:, t], h, w_hh_t), c, h, keeps[t], compiled=compiled)
         gates.append(activated)
         tanh_cells.append(tanh_c)
-        cells.append(c)                       # the state the step started from
-        if alive is not None:
-            keep = alive[t].view(-1, 1, 1)
-            h_new = torch.where(keep, h_new, h)
-            c_new = torch.where(keep, c_new, c)
-        outs.append(h_new)
-        h, c = h_new, c_new
+        outs.append(h)
     return torch.stack(outs, dim=1), h, c, torch.stack(gates), torch.stack(cells), torch.stack(tanh_cells)
 
 
 def recurrence_backward(d_out, d_h, d_c, h0, w_hh, gates, cells, tanh_cells, out, alive, compiled: bool):
     """Back-propagation through the time loop: the gradients of xw (G, T, B, 4H), h0, c0, w_hh."""
-    d_gates = torch.empty_like(gates)
+    keeps = alive.view(alive.size(0), -1, 1, 1)
+    d_gates = []
     for t in reversed(range(gates.size(0))):
-        d_h = d_h + d_out[:, t]
-        if alive is not None:
-            # A member past its end passed its state on unchanged: its gradient goes straight
-            # back to the step before, and none into this step's gates.
-            keep = alive[t].view(-1, 1, 1).to(d_h.dtype)
-            d_h_pass, d_c_pass = d_h * (1 - keep), d_c * (1 - keep)
-            d_h, d_c = d_h * keep, d_c * keep
-        d_gates[t], d_c = CELL_BACKWARD(gates[t], cells[t], tanh_cells[t], d_h, d_c, compiled=compiled)
-        d_h = torch.bmm(d_gates[t], w_hh)
-        if alive is not None:
-            d_h, d_c = d_h + d_h_pass, d_c + d_c_pass
+        d_a, d_c, bypass_h = CELL_BACKWARD(gates[t], cells[t], tanh_cells[t], d_out[:, t], d_h, d_c, keeps[t],
+                                           compiled=compiled)
+        d_h = torch.baddbmm(bypass_h, d_a, w_hh)
+        d_gates.append(d_a)
     # Every step's hidden-to-hidden gradient in one product: sum over t of d_gates_t^T h_{t-1}.
-    d_xw = d_gates.transpose(0, 1)                                                  # (G, T, B, 4H)
+    d_xw = torch.stack(d_gates[::-1], dim=1)                                        # (G, T, B, 4H)
     h_before = torch.cat([h0.unsqueeze(1), out[:, :-1]], dim=1)
     g, t, b = d_xw.shape[:3]
     d_w_hh = torch.bmm(d_xw.reshape(g, t * b, -1).transpose(1, 2), h_before.reshape(g, t * b, -1))
@@ -228,11 +230,11 @@ def grouped_lstm_recurrence(xw, h0, c0, w_hh, alive=None):
     """The recurrence (shapes above); on a GPU its pointwise steps are compiled and its time
     loops captured (CUDA graphs)."""
     captured = xw.is_cuda if CAPTURE is None else CAPTURE
+    steps, members = xw.size(1), xw.size(0)
+    alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
     if not captured or Loops.capture_failed:
         return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=False))
-    steps, members = xw.size(1), xw.size(0)
     padded = -(-steps // STEP_BUCKET) * STEP_BUCKET
-    alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
     if padded > steps:
         xw = F.pad(xw, (0, 0, 0, 0, 0, padded - steps))
         alive = F.pad(alive, (0, 0, 0, padded - steps), value=False)
