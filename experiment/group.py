@@ -21,8 +21,10 @@ was trained in.
 
 How a step is computed (--group-step):
   batched  one pass of all the bodies together (model/group.py: batched products over the
-           group, a hand-written LSTM backward), then each member's head and update: where a
-           GPU gains (the default on CUDA).
+           group, a hand-written LSTM backward), the heads of a class with a batched form
+           (Softmax) as one product, every member's AR/TAR, loss and clipping together, each
+           member's other head and its SGD / averaged SGD step on its own: where a GPU gains (the
+           default on CUDA), whose step is set by how many kernels the host launches.
   solo     each member's own step, with the kernels of its solo run; on a CPU with several
            threads, members side by side in threads of one core each: where the batched body
            gains nothing (the default off CUDA). Identical maths to the solo run.

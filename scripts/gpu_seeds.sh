@@ -11,9 +11,9 @@
 #                  the CPU's seeds
 # A run not finished when the budget ends stops with its last.pt in RUNS (default runs/gpu_seeds/,
 # ignored by git): the same command again within the device tool's ~30 s of warmth resumes it on the same
-# machine; after that it is lost. On an H200 a converged miniature run takes about 7 minutes alone
-# (docs/gpus.md, "Group runs"): one job of 10 minutes converges one run, two jobs back to back a
-# group of 2.
+# machine; after that it is lost. On an H200 a converged miniature run takes 8-10 minutes alone and
+# a group of 2 about 8 minutes for both (docs/gpus.md, "Group runs"): one job of 10 minutes converges
+# a group of 2, two jobs back to back perhaps a group of 4 (GROUP=4).
 # Needs the PTB corpus in corpora/ptb (as scripts/gpu_group_check.sh). FAST=1: tiny shapes on the
 # CPU, to check the script itself (tests/test_scripts.py, with a PLAN of two runs); EXTRA: key=value
 # overrides for every run.
