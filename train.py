@@ -51,7 +51,7 @@ import torch
 
 from data.batching import SequenceLengthSampler, batchify, get_batch
 from experiment import checkpoint
-from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer
+from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer, step_optimizers
 from experiment.config import Config
 from experiment.loading import device_name
 from experiment.distributed import DistributedError, World, exit_process
@@ -198,7 +198,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * seq_len / t.bptt
         inputs, targets = get_batch(self.train_data, self.progress.position, seq_len)
-        self.training_model.train()
+        # Validation leaves the model in eval mode; setting train mode every step would cost a
+        # group of many small runs more host time than its GPU work.
+        if not (self.model.training and self.training_model.training):
+            self.training_model.train()
         self.optimizer.zero_grad(set_to_none=True)
         return StepBatch(seq_len, inputs, targets)
 
@@ -222,7 +225,7 @@ class Trainer:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.clip)
         else:
             grad_norm = global_norm([p.grad for p in self.params if p.grad is not None])
-        self.optimizer.step()
+        step_optimizers([self.optimizer])
         # Read at one device sync per step for every check: a finite loss can still give an
         # infinite gradient, and a finite gradient times a huge lr can still give infinite weights.
         return torch.cat([self.step_totals, grad_norm.reshape(1), extremes(self.params)])

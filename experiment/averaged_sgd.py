@@ -10,8 +10,9 @@ The step size is taken from the param group's lr one step late, as in torch's AS
 uses the lr the group had at step k-1 (step 1 uses its own). The per-step rescaling of lr by
 seq_len / bptt therefore reaches the updates exactly as in the original code.
 
-`make_optimizer` gives a run's optimizer (SGD, or AveragedSGD once averaging); `averaged_weights`
-puts the averages into the model for validation and takes them out again.
+`make_optimizer` gives a run's optimizer (SGD, or AveragedSGD once averaging), `step_optimizers`
+steps one or a group's; `averaged_weights` puts the averages into the model for validation and
+takes them out again.
 """
 from __future__ import annotations
 
@@ -56,6 +57,38 @@ class AveragedSGD(torch.optim.Optimizer):
         """The running average for parameter p (p itself if it has not been stepped yet)."""
         state = self.state.get(p)
         return state["ax"] if state else p
+
+
+def step_optimizers(optimizers: list) -> None:
+    """Every optimizer's step, as its own step() would take it. The plain SGD ones (train.py's:
+    no momentum) are stepped by the multi-tensor operations torch.optim.SGD's step runs, for all
+    of them together, one pair per distinct (lr, weight decay): the same numbers (on a CPU bit
+    for bit, tests/test_averaged_sgd.py), without step()'s bookkeeping, which costs more host time
+    than the update itself for a small model, and a group run steps many (experiment/group.py).
+    Plain SGD keeps no state, so nothing else changes; AveragedSGD takes its own step."""
+    plain: dict[tuple, tuple[list, list]] = {}
+    for optimizer in optimizers:
+        if not is_plain_sgd(optimizer):
+            optimizer.step()
+            continue
+        for group in optimizer.param_groups:
+            params, grads = plain.setdefault((group["lr"], group["weight_decay"]), ([], []))
+            for p in group["params"]:
+                if p.grad is not None:
+                    params.append(p)
+                    grads.append(p.grad)
+    with torch.no_grad():
+        for (lr, weight_decay), (params, grads) in plain.items():
+            if weight_decay != 0:
+                grads = torch._foreach_add(grads, params, alpha=weight_decay)
+            torch._foreach_add_(params, grads, alpha=-lr)
+
+
+def is_plain_sgd(optimizer) -> bool:
+    """torch.optim.SGD as make_optimizer makes it: no momentum, not maximising, no fused kernel."""
+    return type(optimizer) is torch.optim.SGD and all(
+        g["momentum"] == 0 and not g["maximize"] and not g.get("fused") and not g.get("differentiable")
+        for g in optimizer.param_groups)
 
 
 def make_optimizer(model, t, kind):

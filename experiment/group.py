@@ -45,6 +45,7 @@ import torch
 from model import count_parameters
 from model.group import grouped_forward, on_device, padded, stacked
 from model.random_stream import RandomStream
+from .averaged_sgd import step_optimizers
 from .distributed import World
 from .progress import TrainingProgress
 from .run_directory import RunDirectoryError, write_text_atomic
@@ -243,8 +244,7 @@ def batched_update(trainers: list, totals: torch.Tensor) -> list[list[float]]:
         for k, (own, clip) in enumerate(zip(grads, clips)):
             if clip > 0:
                 torch._foreach_mul_(own, scale[k])
-    for t in trainers:
-        t.optimizer.step()
+    step_optimizers([t.optimizer for t in trainers])
     params = [p for t in trainers for p in t.params]
     weights = extremes(params)
     per_weight = weights.numel() // len(params)

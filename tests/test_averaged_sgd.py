@@ -1,6 +1,7 @@
 """AveragedSGD: the average is the mean of all iterates since the switch (docs/reference.md section 3)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from experiment.averaged_sgd import AveragedSGD
@@ -116,3 +117,40 @@ def test_the_multi_tensor_step_is_the_per_parameter_update_bit_for_bit():
         assert torch.equal(p, q)
         assert torch.equal(opt.averaged(p), ref.averaged(q))
         assert opt.state[p]["eta"] == ref.state[q]["eta"] and opt.state[p]["step"] == ref.state[q]["step"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_stepping_optimizers_together_is_each_ones_own_step_bit_for_bit(dtype):
+    """step_optimizers (train.py's step, and a group's: all its runs' optimizers at once) gives
+    what each optimizer's own step() gives: torch.optim.SGD runs of different learning rates and
+    weight decays, a head's param group of its own, a parameter without a gradient, and an
+    averaged SGD among them."""
+    from experiment.averaged_sgd import step_optimizers
+
+    def build():
+        torch.manual_seed(3)
+        runs = []
+        for lr, decay in ((20.0, 1.2e-6), (7.5, 0.0), (20.0, 1.2e-6)):
+            params = [torch.nn.Parameter(torch.randn(5, 3, dtype=dtype)) for _ in range(3)]
+            groups = [{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": lr / 2}]
+            runs.append((params, torch.optim.SGD(groups, lr=lr, weight_decay=decay)))
+        params = [torch.nn.Parameter(torch.randn(4, dtype=dtype))]
+        runs.append((params, AveragedSGD(params, lr=3.0, weight_decay=0.01)))
+        return runs
+
+    def gradients(runs, step):
+        for k, (params, _) in enumerate(runs):
+            for i, p in enumerate(params):
+                p.grad = None if (k, i) == (1, 1) else torch.cos(p.detach() * (step + k + i))
+
+    own, together = build(), build()
+    for step in range(3):
+        gradients(own, step)
+        for _, optimizer in own:
+            optimizer.step()
+        gradients(together, step)
+        step_optimizers([optimizer for _, optimizer in together])
+    for (mine, a), (theirs, b) in zip(own, together):
+        for p, q in zip(mine, theirs):
+            assert torch.equal(p, q)
+        assert a.state_dict()["state"].keys() == b.state_dict()["state"].keys()

@@ -479,3 +479,25 @@ def test_a_run_directory_in_use_refuses_the_group_and_leaves_nothing(tiny, tmp_p
     assert "\n" not in err and err.startswith(f"error: {busy} is in use by PID {os.getpid()}")
     assert not (tmp_path / "new").exists()          # made by the refused group: removed
     assert sorted(p.name for p in busy.iterdir()) == [".lock"]
+
+
+@pytest.mark.parametrize("step", ["solo", "batched", None])
+def test_every_step_after_a_validation_trains_in_train_mode(step, tiny, tmp_path, monkeypatch):
+    """Validation leaves the model in eval mode and the step sets train mode back only when it is
+    not (setting it costs a group's host time): every training step of every epoch, alone and in a
+    group, runs with every module in train mode (dropout on)."""
+    modes = []
+    begin = train.Trainer.begin_step
+
+    def recording(self):
+        batch = begin(self)
+        modes.append(all(m.training for m in self.model.modules()))
+        return batch
+    monkeypatch.setattr(train.Trainer, "begin_step", recording)
+    schedule = [*tiny, "train.epochs=3"]
+    if step is None:
+        assert train.main(member("softmax", 1, tmp_path / "solo", *schedule)) == 0
+    else:
+        assert train.main(group(member("softmax", 1, tmp_path / "a", *schedule),
+                                member("mos", 2, tmp_path / "b", *schedule), step=step)) == 0
+    assert len(modes) > 3 * 10 and all(modes)

@@ -198,17 +198,29 @@ def test_nt_asgd_rule(ptb_slice, tmp_path):
     assert not never.should_switch_to_asgd(100.0)
 
 
-def test_lr_is_rescaled_by_sequence_length(ptb_slice, tmp_path):
+def test_lr_is_rescaled_by_sequence_length(ptb_slice, tmp_path, monkeypatch):
+    """The lr of each step is base lr x seq_len / bptt, and the update takes that lr: a step
+    moves a weight by lr times its (clipped) gradient plus weight decay."""
+    import train
     trainer = make_trainer(ptb_slice, tmp_path, "train.lr=16")
     trainer.progress.hidden = [trainer.model.init_hidden(4)]
     lengths = iter([4, 8, 12])
     trainer.sampler.sample = lambda: next(lengths)
-    seen = []
-    step = trainer.optimizer.step
-    trainer.optimizer.step = lambda: (seen.append(trainer.optimizer.param_groups[0]["lr"]), step())
+    seen, moved = [], []
+    step = train.step_optimizers
+    bias = trainer.model.head.decoder.bias
+
+    def recording(optimizers):
+        group = trainer.optimizer.param_groups[0]
+        seen.append(group["lr"])
+        before, grad = bias.detach().clone(), bias.grad.clone()
+        step(optimizers)
+        expected = before - group["lr"] * (grad + group["weight_decay"] * before)
+        moved.append(torch.allclose(bias.detach(), expected, rtol=0, atol=1e-6))
+    monkeypatch.setattr(train, "step_optimizers", recording)
     for _ in range(3):
         trainer.train_step()
-    assert seen == [16 * 4 / 8, 16 * 8 / 8, 16 * 12 / 8]
+    assert seen == [16 * 4 / 8, 16 * 8 / 8, 16 * 12 / 8] and all(moved)
     assert trainer.progress.position == 24 and trainer.progress.step == 3
 
 
