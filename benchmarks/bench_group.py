@@ -5,6 +5,7 @@
     python benchmarks/bench_group.py --cpu-pair                   # the CPU goal's row (below)
     python benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml   # a plan's runs
     python benchmarks/bench_group.py --profile 16                 # where a group step's time goes
+    python benchmarks/bench_group.py --profile 4 --shapes ptb     # the same at PTB's full shapes
 
 Rows: the miniature Softmax (configs/ptb_mini/softmax.yaml, d = 32) at G = 1, 2, 4, 8, 16, 32
 and PTB's full shapes (configs/ptb/softmax.yaml) at G = 1, 2, 4, 8 (--groups to choose). Each row
@@ -23,7 +24,7 @@ time, and the step of all of them as one group: what training the plan in one gr
 against training its runs one after another.
 
 --profile G: torch.profiler's tables (self CPU time, then device time) of --steps steps of a group
-of G miniature runs: where the step's time goes, for the next speed-up; on a GPU also how many
+of G miniature runs (of PTB's full shapes with --shapes ptb): where the step's time goes, for the next speed-up; on a GPU also how many
 times a step makes the host wait for the device (one is expected: the checks' read).
 
 Every figure is the median of --steps steps after --warmup steps; --kind chooses the group's
@@ -169,7 +170,7 @@ def synchronizations(step) -> int:
 
 def profile_table(args, device: torch.device, kind: str) -> None:
     from torch.profiler import ProfilerActivity, profile
-    config = SHAPES["mini"][0]
+    config = SHAPES[args.shapes[0]][0]               # the miniature unless --shapes ptb
     step = GroupStep([(config, args.overrides)] * args.profile, random_corpus(STEPS_OF_STREAM * 20 * 70),
                      device, kind)
     for _ in range(max(args.warmup, 1)):
