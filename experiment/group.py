@@ -218,7 +218,8 @@ def grouped_losses(models: list, bodies, targets: list, streams: list, regulariz
         nll = pieces[0][1]
     else:                                          # back into the members' order
         order = [k for index, _ in pieces for k in index]
-        nll = torch.cat([values for _, values in pieces])[on_device(sorted(range(members), key=order.__getitem__), device)]
+        where = on_device(sorted(range(members), key=order.__getitem__), device)   # member k's place
+        nll = torch.cat([values for _, values in pieces])[where]
     ar = (bodies.output.square() * valid[:, :, None, None]).sum((1, 2, 3)) / entries
     change = (bodies.raw[:, 1:] - bodies.raw[:, :-1]).square() * valid[:, 1:, None, None]
     tar = change.sum((1, 2, 3)) / differences
