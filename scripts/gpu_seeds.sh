@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 45's GPU job (docs/results_cpu.md, "What a GPU added"): more converged seeds of the
 # miniature study's cells. sweeps/gpu_converged_seeds.yaml is trained GROUP runs at a time
-# (sweep.py --group, default 2: one Softmax and one MoS seed), each run evaluated and ranked as the
+# (sweep.py --group, default 2: two seeds of one head), each run evaluated and ranked as the
 # CPU's are, within BUDGET seconds (default 540); its output in $OUT (default
 # results/gpu_seeds_<date>; the device tool sets OUT itself):
 #   env.txt        nvidia-smi, torch / CUDA / cuDNN versions
