@@ -11,7 +11,8 @@ Rows: the miniature Softmax (configs/ptb_mini/softmax.yaml, d = 32) at G = 1, 2,
 and PTB's full shapes (configs/ptb/softmax.yaml) at G = 1, 2, 4, 8 (--groups to choose). Each row
 is one step of G runs (seeds 0..G-1, train.py's own step: every dropout, AR/TAR, clipping, the
 SGD update, the checks; seq_len = bptt, so steps are comparable), its tokens/s (G x batch x bptt
-per step) and that against the solo run's on the same device (train.py's Trainer.train_step).
+per step) and that against the solo run's on the same device (train.py's Trainer.train_step),
+the two timed in turn within the row (the solo run's own tokens/s in the last column).
 The goals (issue 44): on an H100 or H200 in IEEE float32, the miniature at G = 16 at least 8x
 the solo run's tokens/s and PTB's shapes at G = 4 at least 2x.
 
@@ -41,7 +42,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import GroupStep, TrainerStep, median_step, run_benchmark  # noqa: E402
+from benchmarks.common import (GroupStep, TrainerStep, interleaved_times, median_step, medians,  # noqa: E402
+                               run_benchmark)
 from data.corpus import Corpus  # noqa: E402
 from experiment.config import ConfigError  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
@@ -74,19 +76,24 @@ def tokens_per_second(step, args, device) -> float:
 
 
 def shapes_table(args, device: torch.device, kind: str) -> None:
+    """Each row times the solo run's step and the group's in turn (--steps of each after --warmup):
+    a change of the machine's speed during the table (a GPU host's load moves the solo run by half
+    between calls) hits both alike, and the ratio is that row's own."""
     for shape in args.shapes:
         config, default_groups = SHAPES[shape]
         groups = args.groups or default_groups
         corpus = random_corpus(STEPS_OF_STREAM * 20 * 70)
-        solo = tokens_per_second(TrainerStep(config, corpus, device, args.overrides), args, device)
-        print(f"\n{shape} ({config}), {kind} step: solo run {solo:,.0f} tokens/s")
-        print("| G | group tokens/s | x solo run | per run tokens/s |")
-        print("|---|---|---|---|")
+        solo = TrainerStep(config, corpus, device, args.overrides)
+        print(f"\n{shape} ({config}), {kind} step: each row's solo run and group timed in turn, "
+              f"median of {args.steps} steps each")
+        print("| G | group tokens/s | x solo run | per run tokens/s | solo run tokens/s |")
+        print("|---|---|---|---|---|")
         for g in groups:
             step = GroupStep([(config, args.overrides)] * g, corpus, device, kind)
-            rate = tokens_per_second(step, args, device)
+            seconds = medians(interleaved_times({"solo": solo, "group": step}, args.steps, args.warmup, device))
             step.close()
-            print(f"| {g} | {rate:,.0f} | {rate / solo:.2f}x | {rate / g:,.0f} |", flush=True)
+            rate, alone = step.tokens / seconds["group"], solo.tokens / seconds["solo"]
+            print(f"| {g} | {rate:,.0f} | {rate / alone:.2f}x | {rate / g:,.0f} | {alone:,.0f} |", flush=True)
 
 
 def cpu_pair(args) -> None:
