@@ -82,19 +82,25 @@ def test_with_epoch_checkpoints_only_the_message_says_none_exists_yet(small, tmp
     assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
 
 
-def test_the_message_names_the_last_checkpoint_that_exists(small, tmp_path, capsys, monkeypatch):
-    """Weights turned infinite by the 5th update, with a checkpoint every 2 steps."""
-    run_dir = tmp_path / "diverged"
+def after_update(monkeypatch, n: int, action) -> None:
+    """Call action(optimizers) right after train.py's n-th optimizer update."""
     real_step, calls = train.step_optimizers, {"n": 0}
 
     def step(optimizers):
         real_step(optimizers)
         calls["n"] += 1
-        if calls["n"] == 5:
-            with torch.no_grad():
-                optimizers[0].param_groups[0]["params"][0].mul_(float("inf"))
-
+        if calls["n"] == n:
+            action(optimizers)
     monkeypatch.setattr(train, "step_optimizers", step)
+
+
+def test_the_message_names_the_last_checkpoint_that_exists(small, tmp_path, capsys, monkeypatch):
+    """Weights turned infinite by the 5th update, with a checkpoint every 2 steps."""
+    run_dir = tmp_path / "diverged"
+    def weights_to_infinity(optimizers):
+        with torch.no_grad():
+            optimizers[0].param_groups[0]["params"][0].mul_(float("inf"))
+    after_update(monkeypatch, 5, weights_to_infinity)
     code = train.main([PTB, *small, "run.checkpoint_every_steps=2", f"run.dir={run_dir}"])
     err = capsys.readouterr().err
     assert code == 3 and "non-finite weights after the update" in err and "step 5 " in err
@@ -607,15 +613,7 @@ def test_a_signal_stop_names_the_signal_once(small, tmp_path, capsys, monkeypatc
     """SIGTERM sent to this process during step 3: the step ends, last.pt is saved, one line."""
     import os
     run_dir = tmp_path / "run"
-    real_step, calls = train.step_optimizers, {"n": 0}
-
-    def step(optimizers):
-        real_step(optimizers)
-        calls["n"] += 1
-        if calls["n"] == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(train, "step_optimizers", step)
+    after_update(monkeypatch, 3, lambda optimizers: os.kill(os.getpid(), signal.SIGTERM))
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         assert train.main([PTB, *small, f"run.dir={run_dir}"]) == 128 + signal.SIGTERM
