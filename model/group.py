@@ -55,6 +55,7 @@ class GroupedBodies(NamedTuple):
     raw: torch.Tensor           # (G, T, B, nhidlast) the last layer before its dropout, for TAR
     states: list                # per layer (h, c), each (G, B, H): the state each member carries on
     lengths: list               # each member's own T
+    own: torch.Tensor           # (G, T) bool: whether step t is member g's own (not its padding)
     embedding: torch.Tensor     # (G, V, emsize) the members' embedding matrices (the tied decoders')
 
     def member(self, k: int) -> BodyOutput:
@@ -65,9 +66,7 @@ class GroupedBodies(NamedTuple):
 
     def valid(self) -> torch.Tensor:
         """(G, T) in the output's dtype: 1 where step t is member g's own, 0 in its padding."""
-        steps = self.output.size(1)
-        lengths = on_device(self.lengths, self.output.device)
-        return (torch.arange(steps, device=self.output.device) < lengths[:, None]).to(self.output.dtype)
+        return self.own.to(self.output.dtype)
 
 
 def on_device(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -80,12 +79,14 @@ def on_device(values: list, device: torch.device, dtype: torch.dtype | None = No
     return host.pin_memory().to(device, non_blocking=True)
 
 
+def own_steps(lengths: list[int], device) -> torch.Tensor:
+    """(G, T) bool, T the longest: whether step t is member g's own, within its length."""
+    return torch.arange(max(lengths), device=device) < on_device(lengths, device)[:, None]
+
+
 def alive_steps(lengths: list[int], device) -> torch.Tensor | None:
     """(T, G): whether member g still runs at step t; None when every member runs all T steps."""
-    steps = max(lengths)
-    if min(lengths) == steps:
-        return None
-    return torch.arange(steps, device=device)[:, None] < on_device(lengths, device)[None, :]
+    return None if min(lengths) == max(lengths) else own_steps(lengths, device).T.contiguous()
 
 
 def padded(tensors: list[torch.Tensor], steps: int) -> torch.Tensor:
@@ -174,7 +175,8 @@ def grouped_forward(bodies: list[AWDLSTMBody], ids: list[torch.Tensor], hidden: 
     lengths = [x.size(0) for x in ids]
     steps, batch = max(lengths), ids[0].size(1)
     device = ids[0].device
-    alive = alive_steps(lengths, device)
+    own = own_steps(lengths, device)                                                     # (G, T)
+    alive = None if min(lengths) == steps else own.T.contiguous()                       # (T, G), as alive_steps
     masks = group_masks(draws, [body.rates() for body in bodies], steps)
     # The first layer's inputs: one lookup in the members' embedding matrices side by side (member
     # g's words offset by g V), with each one's embedding dropout, noise and dropouti.
@@ -199,4 +201,4 @@ def grouped_forward(bodies: list[AWDLSTMBody], ids: list[torch.Tensor], hidden: 
         raw, h, c = recurrence(xw.view(g, steps, batch, -1), h0, c0, w_hh, alive)       # (G, T, B, H)
         states.append((h, c))
         x = raw if masks.outputs[layer] is None else raw * masks.outputs[layer]         # (G, 1, B, H) masks
-    return GroupedBodies(x, raw, states, lengths, embedding)
+    return GroupedBodies(x, raw, states, lengths, own, embedding)
