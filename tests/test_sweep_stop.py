@@ -4,9 +4,10 @@ each of its modes that runs on a CPU (one after another, --jobs, --mode gpus wit
 training saves last.pt, sweep.py exits with 128 + the signal once they have ended, no process
 of the sweep is left, and the same command then resumes the runs to their end.
 
-Each test starts the real sweep.py in a subprocess on tiny runs (three epochs of a second or
-so), waits until every training has printed its first progress line (its signal handler is
-set by then), signals sweep.py only and re-runs it.
+Each test starts the real sweep.py in a subprocess on tiny runs (ten epochs, a few seconds: long
+enough that a run started first cannot finish before a slower-starting one has begun), waits until
+every training has printed its first progress line (its signal handler is set by then), signals
+sweep.py only and re-runs it.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ TRAINING = "epoch   1 |"            # the first progress line (run.log_interval=
 
 @pytest.fixture
 def overrides(small_data) -> list[str]:
-    return [f"data.data_dir={small_data}", *TINY, "run.log_interval=1", "train.epochs=3"]
+    return [f"data.data_dir={small_data}", *TINY, "run.log_interval=1", "train.epochs=10"]
 
 
 def processes_naming(folder: Path) -> list[str]:
