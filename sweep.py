@@ -41,10 +41,10 @@ from experiment.config import ConfigError
 from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
 from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
-                          visible_gpus)
+                          tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
-from launch.runs import (Experiment, describe, finetune_runs, parse_grid, pending_commands, plan_runs,
-                         rank_analysis)
+from launch.runs import (Experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
+                         plan_runs, rank_analysis, trains_alone)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
@@ -174,15 +174,24 @@ def out_folder(args) -> Path:
     return Path(args.out) if args.out else args.plan.out
 
 
-def print_plan(out: Path, runs, finetunes=(), waiting=()) -> None:
+def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> None:
+    """--dry-run: every planned run's pending commands; with --group G, the trainings that would
+    run together as one `train.py --group` command, printed before their runs' other commands."""
     skipped = []
-    for tag, run in [(f"[{r.index + 1}/{r.count}]", r) for r in runs] + \
-                    [(f"[finetune {r.index + 1}/{r.count}]", r) for r in finetunes]:
-        commands = pending_commands(run)
-        skipped += [] if commands else [run.dir]
-        print(f"# {tag} {run.dir}: {describe(run, commands)}")
-        for command in commands:
-            print(shlex.join(command))
+    for stage, planned in (("", runs), ("finetune ", finetunes)):
+        for item in in_groups(planned, group) if group > 1 else alone(planned):
+            pending = [(run, pending_commands(run)) for run in item]
+            training = [(run, commands) for run, commands in pending if trains_alone(commands)]
+            together = len(training) >= 2
+            if together:
+                print(f"# {tag_of(item)} training {len(training)} runs as one group: "
+                      f"{', '.join(run.name for run, _ in training)}")
+                print(shlex.join(group_command(training)))
+            for run, commands in pending:
+                skipped += [] if commands else [run.dir]
+                print(f"# [{stage}{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
+                for command in commands[1:] if together and trains_alone(commands) else commands:
+                    print(shlex.join(command))
     for line in waiting:
         print(f"# then {line}")
     if skipped:
@@ -286,7 +295,7 @@ def main(argv=None) -> int:
         second_stage = args.task is None and not args.train_only
         if args.dry_run:
             print_plan(out_folder(args), [] if args.finetune_only else runs,
-                       *(finetune_runs(runs) if second_stage else ((), ())))
+                       *(finetune_runs(runs) if second_stage else ((), ())), group=args.group)
             return 0
         with PassingOnStopSignals():
             outcomes = {} if args.finetune_only else run_all(args, runs)

@@ -532,14 +532,20 @@ def run_logged(run: PlannedRun, commands: list[list[str]], env: dict | None, log
     return outcome
 
 
+def group_command(training: list[tuple[PlannedRun, list[list[str]]]]) -> list[str]:
+    """The train.py --group command for runs whose first pending command is a plain train.py:
+    each member its train.py arguments, quoted."""
+    return [sys.executable, str(SCRIPTS["train"]), "--group",
+            *[shlex.join(commands[0][2:]) for _, commands in training]]
+
+
 def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str, env: dict | None,
                    log_to_run_dir: bool) -> dict[Path, str]:
     """One `train.py --group` command for the runs' pending trainings (each its train.py
     arguments, quoted); each run's training outcome, read from its group_exit.json: "done",
     "incomplete" or "failed: ..."."""
     runs = [run for run, _ in training]
-    command = [sys.executable, str(SCRIPTS["train"]), "--group",
-               *[shlex.join(commands[0][2:]) for _, commands in training]]
+    command = group_command(training)
     print(f"{tag} training {len(runs)} runs as one group: {', '.join(run.name for run in runs)}", flush=True)
     accounts = [run.dir / CPU_TIMES for run in runs]
     started = time.time()

@@ -26,12 +26,16 @@ if str(REPO_ROOT) not in sys.path:
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
-    """The read-only folder with the real corpora ($AWD_DATA_DIR, set by CI)."""
+    """The read-only folder with the real corpora: $AWD_DATA_DIR (set by CI), else the
+    repository's corpora/ when it holds both (where a first run downloads them), then exported as
+    $AWD_DATA_DIR so that the commands the tests start read it too."""
     value = os.environ.get("AWD_DATA_DIR")
     if not value:
-        pytest.skip(
-            "AWD_DATA_DIR is not set: it must point at the folder holding ptb/ and wikitext-2/"
-        )
+        local = REPO_ROOT / "corpora"
+        if not all((local / name).is_dir() for name in ("ptb", "wikitext-2")):
+            pytest.skip("AWD_DATA_DIR is not set and corpora/ does not hold ptb/ and wikitext-2/: "
+                        "set it to the folder holding them")
+        os.environ["AWD_DATA_DIR"] = value = str(local)
     return Path(value)
 
 

@@ -601,6 +601,31 @@ def test_the_processor_is_named_with_its_family_and_model_where_cpuinfo_has_them
 
 # ---------------------------------------------------------------------- --group
 
+def test_dry_run_with_group_prints_the_group_command_it_would_run(overrides, tmp_path, capsys):
+    """--dry-run --group 2 over three seeds and a run of two layers: the two first seeds' trainings
+    as the one train.py --group command the sweep would start, then each run's other commands;
+    seed 3 and the wider run with their own train.py, as the sweep trains them. Nothing written."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: o\nexperiments:\n"
+                    "  - config: configs/ptb/softmax.yaml\n    seeds: [1, 2, 3]\n"
+                    "  - config: configs/ptb/softmax.yaml\n    grid: {model.nlayers: [2]}\n", encoding="utf-8")
+    out = tmp_path / "runs"
+    assert sweep.main([str(plan), *overrides, "--out", str(out), "--group", "2", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not out.exists()
+    commands = [shlex.split(line) for line in lines if not line.startswith("#")]
+    assert [(Path(c[1]).name, c[2] == "--group") for c in commands] == [
+        ("train.py", True), ("evaluate.py", False), ("evaluate.py", False),
+        ("train.py", False), ("evaluate.py", False), ("train.py", False), ("evaluate.py", False)]
+    members = commands[0][3:]
+    assert len(members) == 2
+    for seed, member in zip((1, 2), members):
+        assert shlex.split(member) == ["configs/ptb/softmax.yaml", *overrides, f"train.seed={seed}",
+                                       f"run.dir={out / f'ptb-softmax-seed{seed}'}"]
+    assert lines[0].startswith("# [1, 2/4] training 2 runs as one group: ptb-softmax-seed1, ptb-softmax-seed2")
+    assert lines[-1] == "# 4 runs planned"
+
+
 def test_group_trains_compatible_runs_together_and_resumes_what_is_left(overrides, tmp_path, monkeypatch):
     """--group 2 over three seeds and a run of two layers: seeds 1 and 2 train in one
     train.py --group, seed 3 and the wider run alone (nothing else shares their shapes); each is
