@@ -107,6 +107,13 @@ def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
         raise CheckpointError(f"{run_dir}: the run has no validated model yet (train.py writes best.pt "
                               f"when it first validates, at the end of epoch 1); "
                               f"{run_dir / 'last.pt'}, the weights where training stands, can be given instead")
+    if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
+        # A committed run of results/ (or a copy): its result files, never its checkpoints.
+        raise CheckpointError(f"{resolved}: checkpoint not found; {run_dir} holds a run's result files "
+                              f"without its checkpoints (results/ commits none): the plan that made it "
+                              f"trains it again elsewhere (python sweep.py PLAN --out DIR)")
+    if not run_dir.exists() and run_dir.suffix != ".pt":
+        raise CheckpointError(f"{run_dir}: no such run directory ({EXPECTED})")
     raise CheckpointError(f"{resolved}: checkpoint not found")
 
 

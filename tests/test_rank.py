@@ -135,7 +135,7 @@ def test_plot_overlays_runs(tiny_runs, tmp_path):
 def test_bad_input_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "rank.py", str(tmp_path / "nope")], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
-    assert "checkpoint not found" in proc.stderr
+    assert "no such run directory" in proc.stderr
 
 
 def test_the_streams_share_the_gpu_budget_and_what_does_not_fit_goes_to_the_cpu():
@@ -210,3 +210,18 @@ def test_the_lines_docs_ranks_md_explains_are_the_lines_rank_py_prints():
     for number, letter in (("666", "S"), ("111", "A"), ("222", "B"), ("333", "C"), ("444", "X"), ("555", "Y")):
         printed = printed.replace(number, letter)
     assert f"```\n{printed}\n```" in doc_section("docs/ranks.md", "What rank.py prints")
+
+
+def test_a_run_without_checkpoints_and_a_missing_one_are_told_apart(tmp_path):
+    """A committed run of results/ (its result files, no checkpoint) says so and how to get one;
+    a path that does not exist says that; a missing checkpoint file says checkpoint not found."""
+    from experiment.checkpoint import CheckpointError, existing_checkpoint
+    run = tmp_path / "ptb-softmax-seed1"
+    run.mkdir()
+    (run / "config.yaml").write_text("data: {dataset: ptb}\n", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="result files without its checkpoints .*sweep.py PLAN --out DIR"):
+        existing_checkpoint(run)
+    with pytest.raises(CheckpointError, match="no such run directory"):
+        existing_checkpoint(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="best.pt: checkpoint not found$"):
+        existing_checkpoint(tmp_path / "nope" / "best.pt")
