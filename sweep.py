@@ -184,7 +184,7 @@ def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> Non
             training = [(run, commands) for run, commands in pending if trains_alone(commands)]
             together = len(training) >= 2
             if together:
-                print(f"# {tag_of(item)} training {len(training)} runs as one group: "
+                print(f"# group {tag_of(item)}: {len(training)} runs trained as one: "
                       f"{', '.join(run.name for run, _ in training)}")
                 print(shlex.join(group_command(training)))
             for run, commands in pending:
