@@ -24,6 +24,12 @@ runs them), in turn over a few rounds. The goal: at least 0.9x.
 time, and the step of all of them as one group: what training the plan in one group would cost
 against training its runs one after another.
 
+--products: the grouped LSTM's per-time-step product (each member's h by its own W_hh) alone, one
+time loop of it for each G, three ways: as the recurrence computes it (baddbmm, B rows a member),
+weights first (W_hh by h transposed: 4H rows a member) and one product per member. Whether the
+batched product's layout, or the library's choice of kernel for a few members, is what a group
+loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+
 --profile G: torch.profiler's tables (self CPU time, then device time) of --steps steps of a group
 of G miniature runs (of PTB's full shapes with --shapes ptb): where the step's time goes, for the next speed-up; on a GPU also how many
 times a step makes the host wait for the device (one is expected: the checks' read).
@@ -45,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import (GroupStep, TrainerStep, interleaved_times, median_step, medians,  # noqa: E402
                                run_benchmark)
 from data.corpus import Corpus  # noqa: E402
-from experiment.config import ConfigError  # noqa: E402
+from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
 
@@ -199,6 +205,38 @@ def profile_table(args, device: torch.device, kind: str) -> None:
         print(averages.table(sort_by=sort, row_limit=25, max_name_column_width=60))
 
 
+def products_table(args, device: torch.device) -> None:
+    """--products (the module's docstring): ms for one time loop (bptt steps) of the product, the
+    median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes."""
+    for shape in args.shapes:
+        config_path, default_groups = SHAPES[shape]
+        config = load_config(config_path)
+        rows, hidden, steps = config.train.batch_size, config.model.nhid, config.train.bptt
+        print(f"\n{shape} ({config_path}): h (G, {rows}, {hidden}) by W_hh (G, {4 * hidden}, {hidden}), "
+              f"{steps} products a loop; ms a loop, median of {args.steps}")
+        print("| G | as computed (baddbmm, h W_hh^T) | weights first (W_hh h^T) | one product per member |")
+        print("|---|---|---|---|")
+        for g in args.groups or default_groups:
+            x, h = torch.randn(g, rows, 4 * hidden, device=device), torch.randn(g, rows, hidden, device=device)
+            w = torch.randn(g, 4 * hidden, hidden, device=device)
+            x_first, h_first, w_t = x.transpose(1, 2).contiguous(), h.transpose(1, 2).contiguous(), w.transpose(1, 2)
+            ways = [lambda: torch.baddbmm(x, h, w_t),
+                    lambda: torch.baddbmm(x_first, w, h_first),
+                    lambda: [torch.addmm(x[k], h[k], w_t[k]) for k in range(g)]]
+
+            def loop(way):
+                def run():
+                    for _ in range(steps):
+                        way()
+                return run
+            cells = []
+            for way in ways:
+                for _ in range(args.warmup):
+                    loop(way)()
+                cells.append(f"{median_step(loop(way), args.steps, device) * 1000:.3f}")
+            print(f"| {g} | {' | '.join(cells)} |", flush=True)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value overrides of every run's config")
@@ -212,6 +250,8 @@ def parse_args(argv=None):
     parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row (reads PTB: AWD_DATA_DIR)")
     parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
+    parser.add_argument("--products", action="store_true",
+                        help="only the time loop's product, three ways, per G (the docstring)")
     parser.add_argument("--profile", type=int, metavar="G",
                         help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)
@@ -246,6 +286,8 @@ def main(argv=None) -> None:
     print(environment(device))
     if args.plan:
         plan_table(args, device, kind)
+    elif args.products:
+        products_table(args, device)
     elif args.profile:
         profile_table(args, device, kind)
     else:

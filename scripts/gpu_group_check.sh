@@ -12,7 +12,9 @@
 #   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
 #   profile.txt        bench_group.py --profile 16: where a group step's time goes (torch.profiler);
-#                      then --profile 4 --shapes ptb, the same at PTB's full shapes
+#                      then --profile 4 --shapes ptb, the same at PTB's full shapes; then
+#                      --products: the time loop's product three ways per G (is PTB's G = 2 the
+#                      batched product's layout, or cuBLAS's kernel for a few members?)
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
 # FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value
@@ -57,6 +59,9 @@ timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --ste
   > "$OUT/profile.txt" 2>&1 || status=1
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
+if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
+timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
+  >> "$OUT/profile.txt" 2>&1 || status=1
 tar -czf "$OUT/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' . || status=1
 rm -rf "$runs"
 echo "gpu_group_check: wrote $OUT (status $status)"

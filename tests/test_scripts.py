@@ -96,8 +96,10 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
     assert (out / "gpu_check.txt").read_text().strip().endswith("4 of 4 checks passed")
     assert "| 2 | " in (out / "bench_group.txt").read_text()
     assert "as one group:" in (out / "plan_steps.txt").read_text()
-    assert "step of a group of 2" in (out / "profile.txt").read_text() and "self_cpu_time_total" in \
-        (out / "profile.txt").read_text()
+    profiled = (out / "profile.txt").read_text()
+    assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled
+    products = profiled[profiled.index("| G | as computed"):]
+    assert [row.split(" | ")[0] for row in products.splitlines()[2:4]] == ["| 1", "| 2"]
     group_log = (out / "train_group8.txt").read_text()
     assert "group of 8 runs" in group_log and group_log.count(": done: ") == 8
     assert (out / "train_solo.txt").read_text().count("done: ") == 2
