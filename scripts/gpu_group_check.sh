@@ -25,7 +25,8 @@ OUT="${OUT:-results/gpu_group_$(date -u +%F)}"
 PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 export PYTHONUNBUFFERED=1
 # Every part within one deadline (BUDGET seconds, default 340: under 6 minutes), each part at most
-# its own cap of what is left, so that a slow part cannot take the others' time.
+# its own cap of what is left, so that a slow part cannot take the others' time; the parts in the
+# order of what the next measurement needs most (a short BUDGET leaves out the last).
 # (FAST=1 on a shared CPU: six times the caps and the budget.)
 scale=$([ "${FAST:-0}" = 1 ] && echo 6 || echo 1)
 deadline=$(( $(date +%s) + ${BUDGET:-340} * scale ))
@@ -47,6 +48,14 @@ status=0
 timeout $(left 60) "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
 timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
+timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
+  > "$OUT/profile.txt" 2>&1 || status=1
+[ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
+  "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
+if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
+timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
+  >> "$OUT/profile.txt" 2>&1 || status=1
+# The parts measured before (2026-11-27) last: a short BUDGET cuts these first.
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/plan_steps.txt" 2>&1 || status=1
 member() { echo "configs/ptb_mini/softmax.yaml train.seed=$1 train.epochs=$epochs run.dir=$runs/$2-seed$1 run.tensorboard=false run.log_interval=100 ${tiny[*]} ${extra[*]}"; }
@@ -55,13 +64,6 @@ timeout $(left 150) "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_gro
 for seed in 1 2; do
   timeout $(left 60) "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
 done
-timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
-  > "$OUT/profile.txt" 2>&1 || status=1
-[ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
-  "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
-if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
-timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
-  >> "$OUT/profile.txt" 2>&1 || status=1
 tar -czf "$OUT/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' . || status=1
 rm -rf "$runs"
 echo "gpu_group_check: wrote $OUT (status $status)"
