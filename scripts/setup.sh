@@ -11,6 +11,11 @@ TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
+# The default torch needs Python 3.10 or newer: one line here rather than pip's resolver error.
+if [ "$TORCH_SPEC" = torch==2.13.0 ] && ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "scripts/setup.sh: $VENV/bin/python is older than Python 3.10, which torch 2.13.0 needs: make $VENV with a newer python3 (remove it first), or set TORCH_SPEC to a torch for that Python" >&2
+  exit 2
+fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
 "$VENV/bin/python" -m pip install -q -r requirements.txt

@@ -53,6 +53,21 @@ def test_a_row_script_trains_evaluates_ranks_and_resumes(ptb_slice, tmp_path):
     assert "finished and evaluated: skip" in again.stdout and "1 skipped" in again.stdout
 
 
+def test_setup_refuses_a_python_older_than_the_default_torch_needs_in_one_line(tmp_path):
+    """A venv whose python is older than 3.10 (a stand-in that fails the version check): one line,
+    exit 2, nothing installed."""
+    venv, log = tmp_path / "venv", tmp_path / "pip.log"
+    (venv / "bin").mkdir(parents=True)
+    stub = venv / "bin" / "python"
+    stub.write_text(f'#!/usr/bin/env bash\ncase "$2" in *version_info*) exit 1;; esac\necho "$@" >> {log}\n')
+    stub.chmod(0o755)
+    env = dict(os.environ, VENV=str(venv))
+    env.pop("TORCH_SPEC", None)
+    proc = subprocess.run(["bash", "scripts/setup.sh"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and not log.exists()
+    assert proc.stderr.count("\n") == 1 and "older than Python 3.10" in proc.stderr
+
+
 @pytest.mark.parametrize("spec", [None, "torch==2.12.1"])
 def test_setup_installs_the_torch_ci_tests_unless_told_and_says_what_it_installed(spec, tmp_path):
     """scripts/setup.sh with a stand-in venv whose python records pip's arguments (and runs the
