@@ -24,19 +24,25 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
+def real_corpora_dir(environ, repo_root: Path) -> Path | None:
+    """Where the tests read the real corpora: $AWD_DATA_DIR (set by CI), else the repository's
+    corpora/ when it holds both (where a first run downloads them); None: neither."""
+    if environ.get("AWD_DATA_DIR"):
+        return Path(environ["AWD_DATA_DIR"])
+    local = repo_root / "corpora"
+    return local if all((local / name).is_dir() for name in ("ptb", "wikitext-2")) else None
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
-    """The read-only folder with the real corpora: $AWD_DATA_DIR (set by CI), else the
-    repository's corpora/ when it holds both (where a first run downloads them), then exported as
-    $AWD_DATA_DIR so that the commands the tests start read it too."""
-    value = os.environ.get("AWD_DATA_DIR")
-    if not value:
-        local = REPO_ROOT / "corpora"
-        if not all((local / name).is_dir() for name in ("ptb", "wikitext-2")):
-            pytest.skip("AWD_DATA_DIR is not set and corpora/ does not hold ptb/ and wikitext-2/: "
-                        "set it to the folder holding them")
-        os.environ["AWD_DATA_DIR"] = value = str(local)
-    return Path(value)
+    """The read-only folder with the real corpora (real_corpora_dir), exported as $AWD_DATA_DIR
+    so that the commands the tests start read it too."""
+    folder = real_corpora_dir(os.environ, REPO_ROOT)
+    if folder is None:
+        pytest.skip("AWD_DATA_DIR is not set and corpora/ does not hold ptb/ and wikitext-2/: "
+                    "set it to the folder holding them")
+    os.environ["AWD_DATA_DIR"] = str(folder)
+    return folder
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -321,3 +321,16 @@ def test_split_too_short_for_a_batch_size_names_file_and_setting(tmp_path: Path)
                                f"train.eval_batch_size=2 (needs at least 4 tokens)")
     with pytest.raises(DataError, match="train.txt: 9 tokens, too few for train.batch_size=4"):
         corpus.check_batchable("train", 4, "train.batch_size", min_rows=3)
+
+
+def test_the_tests_read_awd_data_dir_else_a_corpora_folder_holding_both(tmp_path: Path):
+    """The real-corpora fixture's folder: $AWD_DATA_DIR when set; else the repository's corpora/
+    only when it holds both corpora (a fresh clone after the quick start's PTB alone: skipped)."""
+    from tests.conftest import real_corpora_dir
+    assert real_corpora_dir({}, tmp_path) is None
+    (tmp_path / "corpora" / "ptb").mkdir(parents=True)
+    assert real_corpora_dir({}, tmp_path) is None
+    (tmp_path / "corpora" / "wikitext-2").mkdir()
+    assert real_corpora_dir({}, tmp_path) == tmp_path / "corpora"
+    assert real_corpora_dir({"AWD_DATA_DIR": "/data"}, tmp_path) == Path("/data")
+    assert real_corpora_dir({"AWD_DATA_DIR": ""}, tmp_path) == tmp_path / "corpora"
