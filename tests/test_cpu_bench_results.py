@@ -29,3 +29,24 @@ def test_every_cpu_pair_file_is_quoted_with_its_medians_and_ranges():
                       else f"{median}x ({low}-{high}x")
             assert quoted in row, (path.name, kind, quoted)
             assert f"{rounds} rounds" in row, (path.name, rounds)
+
+
+ROUND = re.compile(r"side by side: [\d,]+ \(([\d.]+)x\); a group of 2 at 2 threads, one after another: [\d,]+ \(([\d.]+)x\)")
+
+
+def test_the_later_measurements_pooled_and_round_by_round_are_as_quoted():
+    """The files after the first (the step's code unchanged between them): the medians over all
+    their rounds, how many side-by-side rounds reach the goal, and in how many rounds of each file
+    one after another was ahead of or behind side by side, as the row says."""
+    import statistics
+    row = cpu_pair_row()
+    later = [p for p in sorted(RAW.glob("cpu_pair_*_rounds.txt"), key=lambda p: int(p.name.split("_")[2]))]
+    rounds = {p.name: [(float(a), float(b)) for a, b in ROUND.findall(p.read_text(encoding="utf-8"))] for p in later}
+    pooled = [r for file_rounds in rounds.values() for r in file_rounds]
+    side, after = (statistics.median(r[i] for r in pooled) for i in (0, 1))
+    reached = sum(r[0] >= 0.90 for r in pooled)
+    assert (f"Over the {len(pooled)} rounds of the two, the medians are {side:.2f}x (side by side; "
+            f"{reached} of the {len(pooled)} rounds at 0.90x or more) and {after:.2f}x") in row
+    first, second = rounds.values()
+    assert f"ahead of side by side in {sum(b > a for a, b in first)} of the {len(first)} rounds of the first" in row
+    assert f"behind in {sum(b < a for a, b in second)} of the {len(second)} of the second" in row
