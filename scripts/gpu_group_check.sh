@@ -11,10 +11,10 @@
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
 #   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
-#   profile.txt        bench_group.py --profile 16: where a group step's time goes (torch.profiler);
-#                      then --profile 4 --shapes ptb, the same at PTB's full shapes; then
-#                      --products: the time loop's product three ways per G (is PTB's G = 2 the
-#                      batched product's layout, or cuBLAS's kernel for a few members?)
+#   profile.txt        bench_group.py --products: the time loop's product three ways per G (is
+#                      PTB's G = 2 the batched product's layout, or cuBLAS's kernel for a few
+#                      members?); --profile 4 --shapes ptb: where a PTB-shape group step's time
+#                      goes (torch.profiler); then --profile 16, the same for the miniature
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
 # FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value
@@ -48,12 +48,13 @@ status=0
 timeout $(left 60) "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
 timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
-timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
+# PTB's step first (its G = 2 below G = 1 is unexplained), then the miniature's, measured before.
+if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
+timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
-if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
-timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
+timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
 # The parts measured before (2026-11-27) last: a short BUDGET cuts these first.
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
