@@ -44,7 +44,7 @@ from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, s
                           tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
 from launch.runs import (Experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
-                         plan_runs, rank_analysis, trains_alone)
+                         plan_runs, rank_analysis, trainings_together)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
@@ -181,16 +181,16 @@ def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> Non
     for stage, planned in (("", runs), ("finetune ", finetunes)):
         for item in in_groups(planned, group) if group > 1 else alone(planned):
             pending = [(run, pending_commands(run)) for run in item]
-            training = [(run, commands) for run, commands in pending if trains_alone(commands)]
-            together = len(training) >= 2
-            if together:
+            training = trainings_together(pending)
+            if training:
                 print(f"# group {tag_of(item)}: {len(training)} runs trained as one: "
                       f"{', '.join(run.name for run, _ in training)}")
                 print(shlex.join(group_command(training)))
+            grouped = {run.dir for run, _ in training}
             for run, commands in pending:
                 skipped += [] if commands else [run.dir]
                 print(f"# [{stage}{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
-                for command in commands[1:] if together and trains_alone(commands) else commands:
+                for command in commands[1:] if run.dir in grouped else commands:
                     print(shlex.join(command))
     for line in waiting:
         print(f"# then {line}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -205,6 +206,11 @@ def profile_table(args, device: torch.device, kind: str) -> None:
         print(averages.table(sort_by=sort, row_limit=25, max_name_column_width=60))
 
 
+def repeat_call(fn, times: int) -> None:
+    for _ in range(times):
+        fn()
+
+
 def products_table(args, device: torch.device) -> None:
     """--products (the module's docstring): ms for one time loop (bptt steps) of the product, the
     median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes."""
@@ -223,17 +229,12 @@ def products_table(args, device: torch.device) -> None:
             ways = [lambda: torch.baddbmm(x, h, w_t),
                     lambda: torch.baddbmm(x_first, w, h_first),
                     lambda: [torch.addmm(x[k], h[k], w_t[k]) for k in range(g)]]
-
-            def loop(way):
-                def run():
-                    for _ in range(steps):
-                        way()
-                return run
             cells = []
             for way in ways:
+                loop = partial(repeat_call, way, steps)
                 for _ in range(args.warmup):
-                    loop(way)()
-                cells.append(f"{median_step(loop(way), args.steps, device) * 1000:.3f}")
+                    loop()
+                cells.append(f"{median_step(loop, args.steps, device) * 1000:.3f}")
             print(f"| {g} | {' | '.join(cells)} |", flush=True)
 
 

@@ -493,9 +493,7 @@ def process_group(runs: Sequence[PlannedRun], tag: str, env: dict | None = None,
                 pending.append((run, commands))
             else:
                 outcomes[str(run.dir)] = "skipped"
-        training = [(run, commands) for run, commands in pending if trains_alone(commands)]
-        if len(training) < 2:
-            training = []
+        training = trainings_together(pending)
         trained = train_together(training, tag, env, log_to_run_dir) if training else {}
         for run, commands in pending:
             if run.dir in trained:
@@ -516,6 +514,14 @@ def process_group(runs: Sequence[PlannedRun], tag: str, env: dict | None = None,
 def trains_alone(commands: list[list[str]]) -> bool:
     """The run's first command is a plain train.py (not under torchrun): it can join a group."""
     return bool(commands) and commands[0][1:2] == [str(SCRIPTS["train"])]
+
+
+def trainings_together(pending: list[tuple[PlannedRun, list[list[str]]]]) -> list:
+    """Of the runs with their pending commands, those whose training goes into one train.py
+    --group: each whose first command is a plain train.py, when there are two or more (a single
+    one trains as alone)."""
+    training = [(run, commands) for run, commands in pending if trains_alone(commands)]
+    return training if len(training) >= 2 else []
 
 
 def run_logged(run: PlannedRun, commands: list[list[str]], env: dict | None, log_to_run_dir: bool) -> str:

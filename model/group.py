@@ -84,9 +84,12 @@ def own_steps(lengths: list[int], device) -> torch.Tensor:
     return torch.arange(max(lengths), device=device) < on_device(lengths, device)[:, None]
 
 
-def alive_steps(lengths: list[int], device) -> torch.Tensor | None:
-    """(T, G): whether member g still runs at step t; None when every member runs all T steps."""
-    return None if min(lengths) == max(lengths) else own_steps(lengths, device).T.contiguous()
+def alive_steps(lengths: list[int], device, own: torch.Tensor | None = None) -> torch.Tensor | None:
+    """(T, G): whether member g still runs at step t (own_steps transposed; `own` if already made);
+    None when every member runs all T steps."""
+    if min(lengths) == max(lengths):
+        return None
+    return (own_steps(lengths, device) if own is None else own).T.contiguous()
 
 
 def padded(tensors: list[torch.Tensor], steps: int) -> torch.Tensor:
@@ -176,7 +179,7 @@ def grouped_forward(bodies: list[AWDLSTMBody], ids: list[torch.Tensor], hidden: 
     steps, batch = max(lengths), ids[0].size(1)
     device = ids[0].device
     own = own_steps(lengths, device)                                                     # (G, T)
-    alive = None if min(lengths) == steps else own.T.contiguous()                       # (T, G), as alive_steps
+    alive = alive_steps(lengths, device, own)                                            # (T, G)
     masks = group_masks(draws, [body.rates() for body in bodies], steps)
     # The first layer's inputs: one lookup in the members' embedding matrices side by side (member
     # g's words offset by g V), with each one's embedding dropout, noise and dropouti.
