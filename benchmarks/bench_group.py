@@ -6,6 +6,7 @@
     python benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml   # a plan's runs
     python benchmarks/bench_group.py --profile 16                 # where a group step's time goes
     python benchmarks/bench_group.py --profile 4 --shapes ptb     # the same at PTB's full shapes
+    python benchmarks/bench_group.py --layers --shapes ptb        # a layer: the group's loop or cuDNN's
 
 Rows: the miniature Softmax (configs/ptb_mini/softmax.yaml, d = 32) at G = 1, 2, 4, 8, 16, 32
 and PTB's full shapes (configs/ptb/softmax.yaml) at G = 1, 2, 4, 8 (--groups to choose). Each row
@@ -29,6 +30,13 @@ time loop of it for each G, three ways: as the recurrence computes it (baddbmm, 
 weights first (W_hh by h transposed: 4H rows a member) and one product per member. Whether the
 batched product's layout, or the library's choice of kernel for a few members, is what a group
 loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+
+--layers: one LSTM layer's forward and backward (bptt steps, nhid to nhid, the layer's input
+projection included) per G, three ways: the group's recurrence (model/kernels/grouped_lstm.py, its
+time loops captured on CUDA), cuDNN's LSTM of each member one after another (what G solo runs
+cost), and cuDNN's LSTM of each member on its own CUDA stream (whether keeping the solo run's
+kernels and overlapping the members would beat the batched loop where each member's products are
+already large, as at PTB's shapes).
 
 --profile G: torch.profiler's tables (self CPU time, then device time) of --steps steps of a group
 of G miniature runs (of PTB's full shapes with --shapes ptb): where the step's time goes, for the next speed-up; on a GPU also how many
@@ -55,6 +63,7 @@ from data.corpus import Corpus  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
+from model.kernels.grouped_lstm import grouped_lstm_recurrence  # noqa: E402
 
 SHAPES = {"mini": ("configs/ptb_mini/softmax.yaml", (1, 2, 4, 8, 16, 32)),
           "ptb": ("configs/ptb/softmax.yaml", (1, 2, 4, 8))}
@@ -238,6 +247,78 @@ def products_table(args, device: torch.device) -> None:
             print(f"| {g} | {' | '.join(cells)} |", flush=True)
 
 
+class LayerWays:
+    """--layers' three ways of G members' LSTM layer (H to H over T steps of B sequences), from the
+    same weights and inputs, each a forward and backward into its own leaves' .grad: `grouped`
+    (the stacked weights, the group's recurrence), `one_after_another` and `on_streams` (each
+    member's torch.nn.LSTM, cuDNN on CUDA; on_streams only on CUDA)."""
+
+    def __init__(self, g: int, steps: int, rows: int, hidden: int, device: torch.device,
+                 dtype: torch.dtype = torch.float32, seed: int = 0):
+        torch.manual_seed(seed)
+        self.lstms = [torch.nn.LSTM(hidden, hidden).to(device, dtype) for _ in range(g)]
+        self.inputs = [torch.randn(steps, rows, hidden, device=device, dtype=dtype, requires_grad=True)
+                       for _ in range(g)]
+        self.grads = [torch.randn(steps, rows, hidden, device=device, dtype=dtype) for _ in range(g)]
+        with torch.no_grad():
+            def stack(name):
+                return torch.stack([getattr(lstm, name) for lstm in self.lstms]).requires_grad_()
+            self.w_ih, self.w_hh = stack("weight_ih_l0"), stack("weight_hh_l0")
+            self.bias = (torch.stack([l.bias_ih_l0 + l.bias_hh_l0 for l in self.lstms])).requires_grad_()
+            self.x = torch.stack(self.inputs).requires_grad_()
+        self.d_out = torch.stack(self.grads)
+        self.h0 = torch.zeros(g, rows, hidden, device=device, dtype=dtype)
+        self.streams = [torch.cuda.Stream(device) for _ in range(g)] if device.type == "cuda" else None
+
+    def grouped(self) -> None:
+        g, steps, rows, hidden = self.x.shape
+        xw = torch.baddbmm(self.bias.unsqueeze(1), self.x.view(g, steps * rows, hidden), self.w_ih.transpose(1, 2))
+        out, _, _ = grouped_lstm_recurrence(xw.view(g, steps, rows, -1), self.h0, self.h0, self.w_hh)
+        out.backward(self.d_out)
+
+    def member(self, k: int) -> None:
+        out, _ = self.lstms[k](self.inputs[k])
+        out.backward(self.grads[k])
+
+    def one_after_another(self) -> None:
+        for k in range(len(self.lstms)):
+            self.member(k)
+
+    def on_streams(self) -> None:
+        main = torch.cuda.current_stream()
+        for k, stream in enumerate(self.streams):
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                self.member(k)
+        for stream in self.streams:
+            main.wait_stream(stream)
+
+
+def layers_table(args, device: torch.device) -> None:
+    """--layers (the module's docstring): ms for one layer's forward and backward, the median of
+    --steps after --warmup, per G and way, at each shape's middle layer (nhid to nhid)."""
+    for shape in args.shapes:
+        config_path, default_groups = SHAPES[shape]
+        config = load_config(config_path)
+        rows, hidden, steps = config.train.batch_size, config.model.nhid, config.train.bptt
+        print(f"\n{shape} ({config_path}): an LSTM layer {hidden} to {hidden}, {steps} steps of {rows} "
+              f"sequences, forward and backward; ms, median of {args.steps}")
+        print("| G | the group's recurrence | each member's nn.LSTM (cuDNN on CUDA), one after another "
+              "| the same, a CUDA stream each |")
+        print("|---|---|---|---|")
+        for g in args.groups or default_groups:
+            ways = LayerWays(g, steps, rows, hidden, device)
+            cells = []
+            for way in (ways.grouped, ways.one_after_another, ways.on_streams if ways.streams else None):
+                if way is None:
+                    cells.append("- (no CUDA)")
+                    continue
+                for _ in range(args.warmup):
+                    way()
+                cells.append(f"{median_step(way, args.steps, device) * 1000:.2f}")
+            print(f"| {g} | {' | '.join(cells)} |", flush=True)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value overrides of every run's config")
@@ -253,6 +334,8 @@ def parse_args(argv=None):
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     parser.add_argument("--products", action="store_true",
                         help="only the time loop's product, three ways, per G (the docstring)")
+    parser.add_argument("--layers", action="store_true",
+                        help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
     parser.add_argument("--profile", type=int, metavar="G",
                         help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)
@@ -289,6 +372,8 @@ def main(argv=None) -> None:
         plan_table(args, device, kind)
     elif args.products:
         products_table(args, device)
+    elif args.layers:
+        layers_table(args, device)
     elif args.profile:
         profile_table(args, device, kind)
     else:

@@ -13,7 +13,10 @@
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
 #   profile.txt        bench_group.py --products: the time loop's product three ways per G (is
 #                      PTB's G = 2 the batched product's layout, or cuBLAS's kernel for a few
-#                      members?); --profile 4 --shapes ptb: where a PTB-shape group step's time
+#                      members?); --layers: an LSTM layer forward and backward per G, the group's
+#                      loop against each member's cuDNN LSTM one after another and on a CUDA stream
+#                      each (would streams of cuDNN beat the batched loop at PTB's shapes?);
+#                      --profile 4 --shapes ptb: where a PTB-shape group step's time
 #                      goes (torch.profiler); then --profile 16, the same for the miniature
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
@@ -49,9 +52,12 @@ timeout $(left 60) "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device
 timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
 # PTB's step first (its G = 2 below G = 1 is unexplained), then the miniature's, measured before.
-if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); else products=(--steps 5); fi
+if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); layers=("${products[@]}")
+else products=(--steps 5); layers=(--shapes ptb --steps 5); fi
 timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
+timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
+  >> "$OUT/profile.txt" 2>&1 || status=1
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \

@@ -40,3 +40,18 @@ def test_a_benchmarks_bad_input_is_one_line_and_exit_2():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"error: {REPO / 'configs/ptb_mini/nope.yaml'}: config file not found"
+
+
+def test_bench_group_layers_three_ways_compute_the_same_gradients():
+    """--layers times the same computation each way: the group's recurrence from the members'
+    stacked weights gives the gradients of each member's own torch.nn.LSTM (float64)."""
+    from benchmarks.bench_group import LayerWays
+    ways = LayerWays(3, steps=5, rows=2, hidden=4, device=torch.device("cpu"), dtype=torch.float64)
+    ways.grouped()
+    ways.one_after_another()
+    for k, lstm in enumerate(ways.lstms):
+        assert torch.allclose(ways.x.grad[k], ways.inputs[k].grad, atol=1e-12)
+        assert torch.allclose(ways.w_hh.grad[k], lstm.weight_hh_l0.grad, atol=1e-12)
+        assert torch.allclose(ways.w_ih.grad[k], lstm.weight_ih_l0.grad, atol=1e-12)
+        assert torch.allclose(ways.bias.grad[k], lstm.bias_ih_l0.grad, atol=1e-12)
+    assert ways.streams is None                     # the streams' way only on CUDA

@@ -115,6 +115,9 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
     assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled
     products = profiled[profiled.index("| G | as computed"):]
     assert [row.split(" | ")[0] for row in products.splitlines()[2:4]] == ["| 1", "| 2"]
+    layers = profiled[profiled.index("| G | the group's recurrence"):].splitlines()
+    assert [row.split(" | ")[0] for row in layers[2:4]] == ["| 1", "| 2"]
+    assert all(row.endswith("| - (no CUDA) |") for row in layers[2:4])
     group_log = (out / "train_group8.txt").read_text()
     assert "group of 8 runs" in group_log and group_log.count(": done: ") == 8
     assert (out / "train_solo.txt").read_text().count("done: ") == 2
