@@ -220,31 +220,46 @@ def repeat_call(fn, times: int) -> None:
         fn()
 
 
-def products_table(args, device: torch.device) -> None:
-    """--products (the module's docstring): ms for one time loop (bptt steps) of the product, the
-    median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes."""
+def table_shapes(args):
+    """--products' and --layers' shapes: (the shape's config path, its group sizes, B, H, T)."""
     for shape in args.shapes:
         config_path, default_groups = SHAPES[shape]
         config = load_config(config_path)
-        rows, hidden, steps = config.train.batch_size, config.model.nhid, config.train.bptt
+        yield (shape, config_path, args.groups or default_groups, config.train.batch_size, config.model.nhid,
+               config.train.bptt)
+
+
+def median_ms(ways: list, args, device: torch.device) -> list[str]:
+    """Each way's median ms over --steps calls after --warmup, as table cells ("-" and the reason
+    for a way given as a string: not run here)."""
+    cells = []
+    for way in ways:
+        if isinstance(way, str):
+            cells.append(way)
+            continue
+        for _ in range(args.warmup):
+            way()
+        cells.append(f"{median_step(way, args.steps, device) * 1000:.3f}")
+    return cells
+
+
+def products_table(args, device: torch.device) -> None:
+    """--products (the module's docstring): ms for one time loop (bptt steps) of the product, the
+    median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes."""
+    for shape, config_path, groups, rows, hidden, steps in table_shapes(args):
         print(f"\n{shape} ({config_path}): h (G, {rows}, {hidden}) by W_hh (G, {4 * hidden}, {hidden}), "
               f"{steps} products a loop; ms a loop, median of {args.steps}")
         print("| G | as computed (baddbmm, h W_hh^T) | weights first (W_hh h^T) | one product per member |")
         print("|---|---|---|---|")
-        for g in args.groups or default_groups:
+        for g in groups:
             x, h = torch.randn(g, rows, 4 * hidden, device=device), torch.randn(g, rows, hidden, device=device)
             w = torch.randn(g, 4 * hidden, hidden, device=device)
             x_first, h_first, w_t = x.transpose(1, 2).contiguous(), h.transpose(1, 2).contiguous(), w.transpose(1, 2)
             ways = [lambda: torch.baddbmm(x, h, w_t),
                     lambda: torch.baddbmm(x_first, w, h_first),
                     lambda: [torch.addmm(x[k], h[k], w_t[k]) for k in range(g)]]
-            cells = []
-            for way in ways:
-                loop = partial(repeat_call, way, steps)
-                for _ in range(args.warmup):
-                    loop()
-                cells.append(f"{median_step(loop, args.steps, device) * 1000:.3f}")
-            print(f"| {g} | {' | '.join(cells)} |", flush=True)
+            print(f"| {g} | {' | '.join(median_ms([partial(repeat_call, way, steps) for way in ways], args, device))} |",
+                  flush=True)
 
 
 class LayerWays:
@@ -297,26 +312,17 @@ class LayerWays:
 def layers_table(args, device: torch.device) -> None:
     """--layers (the module's docstring): ms for one layer's forward and backward, the median of
     --steps after --warmup, per G and way, at each shape's middle layer (nhid to nhid)."""
-    for shape in args.shapes:
-        config_path, default_groups = SHAPES[shape]
-        config = load_config(config_path)
-        rows, hidden, steps = config.train.batch_size, config.model.nhid, config.train.bptt
+    for shape, config_path, groups, rows, hidden, steps in table_shapes(args):
         print(f"\n{shape} ({config_path}): an LSTM layer {hidden} to {hidden}, {steps} steps of {rows} "
               f"sequences, forward and backward; ms, median of {args.steps}")
         print("| G | the group's recurrence | each member's nn.LSTM (cuDNN on CUDA), one after another "
               "| the same, a CUDA stream each |")
         print("|---|---|---|---|")
-        for g in args.groups or default_groups:
+        for g in groups:
             ways = LayerWays(g, steps, rows, hidden, device)
-            cells = []
-            for way in (ways.grouped, ways.one_after_another, ways.on_streams if ways.streams else None):
-                if way is None:
-                    cells.append("- (no CUDA)")
-                    continue
-                for _ in range(args.warmup):
-                    way()
-                cells.append(f"{median_step(way, args.steps, device) * 1000:.2f}")
-            print(f"| {g} | {' | '.join(cells)} |", flush=True)
+            streams = ways.on_streams if ways.streams else "- (no CUDA)"
+            print(f"| {g} | {' | '.join(median_ms([ways.grouped, ways.one_after_another, streams], args, device))} |",
+                  flush=True)
 
 
 def parse_args(argv=None):
