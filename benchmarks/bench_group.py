@@ -25,11 +25,16 @@ runs them), in turn over a few rounds. The goal: at least 0.9x.
 time, and the step of all of them as one group: what training the plan in one group would cost
 against training its runs one after another.
 
---products: the grouped LSTM's per-time-step product (each member's h by its own W_hh) alone, one
-time loop of it for each G, three ways: as the recurrence computes it (baddbmm, B rows a member),
-weights first (W_hh by h transposed: 4H rows a member) and one product per member. Whether the
-batched product's layout, or the library's choice of kernel for a few members, is what a group
-loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+--products: the grouped LSTM's per-time-step products alone (the forward's, each member's h by its
+own W_hh transposed, and the backward's, the gates' gradient by W_hh), one time loop of each for
+each G, three ways: batched (the recurrence's default), weights first (the product transposed:
+4H or H rows a member instead of B) and one product per member (the recurrence's per_member).
+Whether the batched product's layout, or the library's choice of kernel for a few members, is
+what a group loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+
+--product per_member: the grouped LSTM's time loops with one product per member instead of one
+batched product (model/kernels/grouped_lstm.py, PRODUCT), for every table of this run: the
+whole step's tokens/s with it, against the default's.
 
 --layers: one LSTM layer's forward and backward (bptt steps, nhid to nhid, the layer's input
 projection included) per G, three ways: the group's recurrence (model/kernels/grouped_lstm.py, its
@@ -63,7 +68,8 @@ from data.corpus import Corpus  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
-from model.kernels.grouped_lstm import grouped_lstm_recurrence  # noqa: E402
+from model.kernels import grouped_lstm  # noqa: E402
+from model.kernels.grouped_lstm import PRODUCT_WAYS, grouped_lstm_recurrence, product_with  # noqa: E402
 
 SHAPES = {"mini": ("configs/ptb_mini/softmax.yaml", (1, 2, 4, 8, 16, 32)),
           "ptb": ("configs/ptb/softmax.yaml", (1, 2, 4, 8))}
@@ -245,21 +251,24 @@ def median_ms(ways: list, args, device: torch.device) -> list[str]:
 
 def products_table(args, device: torch.device) -> None:
     """--products (the module's docstring): ms for one time loop (bptt steps) of the product, the
-    median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes."""
+    median of --steps loops after --warmup, per G and way, at each shape's first layers' sizes;
+    the forward's product (h by W_hh^T) and the backward's (the gates' gradient by W_hh)."""
     for shape, config_path, groups, rows, hidden, steps in table_shapes(args):
-        print(f"\n{shape} ({config_path}): h (G, {rows}, {hidden}) by W_hh (G, {4 * hidden}, {hidden}), "
-              f"{steps} products a loop; ms a loop, median of {args.steps}")
-        print("| G | as computed (baddbmm, h W_hh^T) | weights first (W_hh h^T) | one product per member |")
-        print("|---|---|---|---|")
-        for g in groups:
-            x, h = torch.randn(g, rows, 4 * hidden, device=device), torch.randn(g, rows, hidden, device=device)
-            w = torch.randn(g, 4 * hidden, hidden, device=device)
-            x_first, h_first, w_t = x.transpose(1, 2).contiguous(), h.transpose(1, 2).contiguous(), w.transpose(1, 2)
-            ways = [lambda: torch.baddbmm(x, h, w_t),
-                    lambda: torch.baddbmm(x_first, w, h_first),
-                    lambda: [torch.addmm(x[k], h[k], w_t[k]) for k in range(g)]]
-            print(f"| {g} | {' | '.join(median_ms([partial(repeat_call, way, steps) for way in ways], args, device))} |",
-                  flush=True)
+        for name, inner, outer in (("forward", hidden, 4 * hidden), ("backward", 4 * hidden, hidden)):
+            print(f"\n{shape} ({config_path}), the {name} loop's product: (G, {rows}, {inner}) by "
+                  f"(G, {inner}, {outer}), {steps} products a loop; ms a loop, median of {args.steps}")
+            print("| G | as computed (batched) | weights first (transposed) | one product per member |")
+            print("|---|---|---|---|")
+            for g in groups:
+                bias, a = torch.randn(g, rows, outer, device=device), torch.randn(g, rows, inner, device=device)
+                weights = torch.randn(g, 4 * hidden, hidden, device=device)   # W_hh as the loops hold it
+                weights = weights.transpose(1, 2) if name == "forward" else weights
+                bias_t, a_t, weights_t = (x.transpose(1, 2).contiguous() for x in (bias, a, weights))
+                ways = [partial(product_with(weights, "batched"), bias, a),
+                        partial(torch.baddbmm, bias_t, weights_t, a_t),
+                        partial(product_with(weights, "per_member"), bias, a)]
+                cells = median_ms([partial(repeat_call, way, steps) for way in ways], args, device)
+                print(f"| {g} | {' | '.join(cells)} |", flush=True)
 
 
 class LayerWays:
@@ -342,6 +351,8 @@ def parse_args(argv=None):
                         help="only the time loop's product, three ways, per G (the docstring)")
     parser.add_argument("--layers", action="store_true",
                         help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
+    parser.add_argument("--product", choices=PRODUCT_WAYS, default=grouped_lstm.PRODUCT,
+                        help="the grouped LSTM's per-step product (the docstring; default batched)")
     parser.add_argument("--profile", type=int, metavar="G",
                         help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)
@@ -368,12 +379,13 @@ def main(argv=None) -> None:
         return
     device = select_device(args.device, "--device")
     kind = step_kind(args.kind, device)
+    grouped_lstm.PRODUCT = args.product
     # The grouped LSTM's compiled cells are compiled once per hidden size and once more for a
     # group of one; a training process meets two hidden sizes, this table all of its shapes'
     # (four at PTB's and the miniature's): above torch's default of 8 compilations per function,
     # which would leave the last rows' cells uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-    print(environment(device))
+    print(f"{environment(device)} | the grouped LSTM's products: {args.product}")
     if args.plan:
         plan_table(args, device, kind)
     elif args.products:

@@ -5,7 +5,9 @@
 #   env.txt            nvidia-smi, torch / CUDA / cuDNN versions
 #   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
 #                      against the solo steps from the same weights and masks (1e-5 relative)
-#   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB)
+#   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB);
+#                      then PTB's rows again with --product per_member (one product per member in
+#                      the time loops: the candidate for PTB's G = 4 goal)
 #   plan_steps.txt     bench_group.py --plan sweeps/cpu_converged_heads.yaml: each run's solo step
 #                      against one step of the whole plan as a group
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
@@ -58,6 +60,11 @@ timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]
   > "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
+# The candidate for PTB's shapes: the whole step with one product per member (appended to the table).
+if [ "${FAST:-0}" = 1 ]; then per_member=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
+else per_member=(--shapes ptb); fi
+timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --product per_member "${per_member[@]}" "${device[@]}" \
+  >> "$OUT/bench_group.txt" 2>&1 || status=1
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \

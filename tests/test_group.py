@@ -101,8 +101,12 @@ def assert_same_run(a: Path, b: Path, tolerance: float) -> None:
 
 
 # ---------------------------------------------------------------------- the batched body
+@pytest.mark.parametrize("product", ["batched", "per_member"])
 @pytest.mark.parametrize("lengths", [(7, 7, 7), (7, 4, 6)])
-def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths):
+def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths, product, monkeypatch):
+    from model.kernels import grouped_lstm
+    assert product in grouped_lstm.PRODUCT_WAYS
+    monkeypatch.setattr(grouped_lstm, "PRODUCT", product)
     torch.manual_seed(0)
     g, t, b, h = 3, 7, 4, 5
     inputs = [torch.randn(g, t, b, 4 * h), torch.randn(g, b, h), torch.randn(g, b, h), torch.randn(g, 4 * h, h)]
@@ -142,8 +146,9 @@ def test_the_compiled_cell_a_gpu_runs_is_the_eager_one(float64):
         torch.testing.assert_close(eager, fused, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("lengths", [(8, 8), (7, 7), (7, 3)])
-def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, monkeypatch):
+@pytest.mark.parametrize("lengths, product", [((8, 8), "batched"), ((7, 7), "batched"), ((7, 3), "batched"),
+                                             ((7, 3), "per_member")])
+def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, product, monkeypatch):
     """On CUDA the time loops are captured (CUDA graphs) with T padded to a multiple of 4 and
     replayed from their own buffers; here the same buffers with the replay emulated. Two layers
     of the same shape share one capture, each forward's saved tensors outliving the other's
@@ -151,6 +156,7 @@ def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, m
     from model.kernels import grouped_lstm
     monkeypatch.setattr(grouped_lstm.Loops, "captures", {})
     monkeypatch.setattr(grouped_lstm.Loops, "captured_members", None)
+    monkeypatch.setattr(grouped_lstm, "PRODUCT", product)
     torch.manual_seed(2)
     g, t, b, h = 2, max(lengths), 3, 4
     x = torch.randn(g, t, b, 4 * h, requires_grad=True)
@@ -169,7 +175,8 @@ def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, m
         results.append([*outputs, *torch.autograd.grad(loss, [x, *states, *weights])])
     captures = grouped_lstm.Loops.captures
     assert len(captures) == 2                      # one forward and one backward: both layers share them
-    assert all(key[2][0][1] % grouped_lstm.STEP_BUCKET == 0 for key in captures)   # xw and d_out padded
+    assert all(key[2] == product and key[3][0][1] % grouped_lstm.STEP_BUCKET == 0   # xw and d_out padded
+               for key in captures)
     for eager, captured in zip(*results):
         assert eager.shape == captured.shape
         torch.testing.assert_close(eager, captured, rtol=0, atol=1e-13)

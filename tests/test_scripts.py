@@ -109,7 +109,9 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
                      "runs.tar.gz", "train_group8.txt", "train_solo.txt"]      # 8: all the device tool brings back
     assert "3 of 3 checks passed" not in (out / "gpu_check.txt").read_text()      # group and lstm: 4
     assert (out / "gpu_check.txt").read_text().strip().endswith("4 of 4 checks passed")
-    assert "| 2 | " in (out / "bench_group.txt").read_text()
+    table = (out / "bench_group.txt").read_text()
+    assert "| 2 | " in table and table.count("| 2 | ") == 2                      # the default, then per_member
+    assert "products: batched" in table and "products: per_member" in table
     assert "as one group:" in (out / "plan_steps.txt").read_text()
     profiled = (out / "profile.txt").read_text()
     assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled

@@ -5,8 +5,8 @@ a leading group dimension, each member's state frozen after its own last step). 
 autograd, every time step leaves a dozen graph nodes, and on a GPU the step is then set by
 launching them, forward and backward. `GroupedLSTMRecurrence` computes the same function with
 the forward run outside autograd, saving the gates, and back-propagation through time written
-out: per time step one batched product and one pointwise cell function each way (fused into one
-kernel by torch.compile on a GPU), and the hidden-to-hidden weights' gradient as one batched
+out: per time step one batched product (or one per member: PRODUCT) and one pointwise cell
+function each way (fused into one kernel by torch.compile on a GPU), and the hidden-to-hidden weights' gradient as one batched
 product over all time steps at the end.
 
 Even so a step launches a few thousand small kernels (70 x 3 time steps, forward and backward),
@@ -44,6 +44,29 @@ from .compiled import FusedKernel
 
 STEP_BUCKET = 4        # captured loops pad T to a multiple of this: at most 3 idle steps
 WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settles the allocator)
+
+# How each time step's product with W_hh is computed: "batched", one batched product for the group
+# (the default), or "per_member", one product per member, where the library chooses its kernel for
+# one matrix (splitting the inner dimension over more of the GPU's cores, say) at the cost of G
+# kernels a step. The same function either way, summed in the same order per member. Which is the
+# faster where is measured, not assumed: `benchmarks/bench_group.py --product per_member`; at PTB's
+# shapes on an H200 the batched one left a group of 2 slower than one run (docs/gpus.md).
+PRODUCT_WAYS = ("batched", "per_member")
+PRODUCT = "batched"
+
+
+def product_with(weights: torch.Tensor, way: str) -> Callable:
+    """(bias (G, B, N), a (G, B, K)) -> bias + a @ weights, member by member: weights (G, K, N)."""
+    if way == "batched":
+        return lambda bias, a: torch.baddbmm(bias, a, weights)
+    members = weights.unbind(0)
+
+    def per_member(bias, a):
+        out = torch.empty_like(bias)
+        for k, w in enumerate(members):
+            torch.addmm(bias[k], a[k], w, out=out[k])
+        return out
+    return per_member
 
 
 def _cell(a, c, h, keep):
@@ -87,30 +110,32 @@ CELL = FusedKernel(_cell, varying={k: (0,) for k in range(4)})
 CELL_BACKWARD = FusedKernel(_cell_backward, varying={k: (0,) for k in range(7)})
 
 
-def recurrence_forward(xw, h0, c0, w_hh, alive, compiled: bool):
+def recurrence_forward(xw, h0, c0, w_hh, alive, compiled: bool, product: str = "batched"):
     """The time loop forward: (out (G, T, B, H), h, c, and for the backward the activated gates,
     the cell states each step started from and tanh of the new ones, each (T, G, B, .))."""
-    w_hh_t = w_hh.transpose(1, 2)
+    gates_of = product_with(w_hh.transpose(1, 2), product)
     keeps = alive.view(alive.size(0), -1, 1, 1)
     h, c = h0, c0
     outs, gates, cells, tanh_cells = [], [], [], []
     for t in range(xw.size(1)):
         cells.append(c)                       # the state the step started from
-        activated, c, tanh_c, h = CELL(torch.baddbmm(xw[:, t], h, w_hh_t), c, h, keeps[t], compiled=compiled)
+        activated, c, tanh_c, h = CELL(gates_of(xw[:, t], h), c, h, keeps[t], compiled=compiled)
         gates.append(activated)
         tanh_cells.append(tanh_c)
         outs.append(h)
     return torch.stack(outs, dim=1), h, c, torch.stack(gates), torch.stack(cells), torch.stack(tanh_cells)
 
 
-def recurrence_backward(d_out, d_h, d_c, h0, w_hh, gates, cells, tanh_cells, out, alive, compiled: bool):
+def recurrence_backward(d_out, d_h, d_c, h0, w_hh, gates, cells, tanh_cells, out, alive, compiled: bool,
+                        product: str = "batched"):
     """Back-propagation through the time loop: the gradients of xw (G, T, B, 4H), h0, c0, w_hh."""
     keeps = alive.view(alive.size(0), -1, 1, 1)
+    through_weights = product_with(w_hh, product)
     d_gates = []
     for t in reversed(range(gates.size(0))):
         d_a, d_c, bypass_h = CELL_BACKWARD(gates[t], cells[t], tanh_cells[t], d_out[:, t], d_h, d_c, keeps[t],
                                            compiled=compiled)
-        d_h = torch.baddbmm(bypass_h, d_a, w_hh)
+        d_h = through_weights(bypass_h, d_a)
         d_gates.append(d_a)
     # Every step's hidden-to-hidden gradient in one product: sum over t of d_gates_t^T h_{t-1}.
     d_xw = torch.stack(d_gates[::-1], dim=1)                                        # (G, T, B, 4H)
@@ -165,8 +190,8 @@ class Loops:
     captured_members: ClassVar[Optional[int]] = None
     capture_failed: ClassVar[bool] = False
 
-    def __init__(self, compiled: bool, captured: bool):
-        self.compiled = compiled
+    def __init__(self, compiled: bool, captured: bool, product: str = "batched"):
+        self.compiled, self.product = compiled, product
         self.captured = captured and not Loops.capture_failed
 
     def forward(self, xw, h0, c0, w_hh, alive):
@@ -176,9 +201,9 @@ class Loops:
         return self.run(recurrence_backward, args)
 
     def run(self, loop: Callable, args: tuple):
-        fn = partial(loop, compiled=self.compiled)
+        fn = partial(loop, compiled=self.compiled, product=self.product)
         if self.captured:
-            key = (loop.__name__, self.compiled, *((x.shape, x.dtype, x.device) for x in args))
+            key = (loop.__name__, self.compiled, self.product, *((x.shape, x.dtype, x.device) for x in args))
             if Loops.captured_members != args[0].size(0):
                 Loops.release()
                 Loops.captured_members = args[0].size(0)
@@ -233,10 +258,10 @@ def grouped_lstm_recurrence(xw, h0, c0, w_hh, alive=None):
     steps, members = xw.size(1), xw.size(0)
     alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
     if not captured or Loops.capture_failed:
-        return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=False))
+        return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=False, product=PRODUCT))
     padded = -(-steps // STEP_BUCKET) * STEP_BUCKET
     if padded > steps:
         xw = F.pad(xw, (0, 0, 0, 0, 0, padded - steps))
         alive = F.pad(alive, (0, 0, 0, padded - steps), value=False)
-    out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=True))
+    out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=True, product=PRODUCT))
     return out[:, :steps], h, c
