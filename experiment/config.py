@@ -335,8 +335,9 @@ def _coerce(tp, value):
     raise TypeError
 
 
-def build_section(cls, values: dict, section: str, origin: dict):
-    """Instantiate dataclass `cls` from `values`, with one-line errors naming key and source."""
+def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""):
+    """Instantiate dataclass `cls` from `values`, with one-line errors naming key and source;
+    `owner` names what the section's keys belong to (a head: "the gss head") in those errors."""
     def where(key: str) -> str:
         return origin.get(f"{section}.{key}", "config")
 
@@ -346,7 +347,8 @@ def build_section(cls, values: dict, section: str, origin: dict):
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     for key in values:
         if key not in known:
-            valid = f"valid keys: {', '.join(sorted(known))}" if known else "this takes no keys"
+            valid = (f"valid keys{' of ' + owner if owner else ''}: {', '.join(sorted(known))}" if known
+                     else f"{owner or 'this section'} takes no keys")
             raise ConfigError(f"{where(key)}: unknown key {section}.{key} ({valid})")
     kwargs = {}
     for f in dataclasses.fields(cls):
@@ -354,8 +356,10 @@ def build_section(cls, values: dict, section: str, origin: dict):
             continue
         if f.name not in values:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"config: missing required key {section}.{f.name} "
-                                  f"({_type_name(hints[f.name])})")
+                # blamed on what chose the section (for a head, whatever set head.name)
+                source = origin.get(f"{section}.name", origin.get(section, "config"))
+                raise ConfigError(f"{source}: missing required key {section}.{f.name}"
+                                  f"{' of ' + owner if owner else ''} ({_type_name(hints[f.name])})")
             continue
         try:
             kwargs[f.name] = _coerce(hints[f.name], values[f.name])
@@ -376,13 +380,18 @@ def _resolve(raw: dict, origin: dict) -> Config:
                               f"(valid: {', '.join(list(SECTIONS) + ['head'])})")
     sections = {name: build_section(cls, raw.get(name, {}), name, origin)
                 for name, cls in SECTIONS.items()}
-    head_raw = dict(raw.get("head") or {})
+    head = raw.get("head")
+    if head is not None and not isinstance(head, dict):
+        raise ConfigError(f"{origin.get('head', 'config')}: head: expected a mapping of keys (name: and "
+                          f"the head's options, e.g. head.name=softmax), got {head!r}")
+    head_raw = dict(head or {})
     head_name = head_raw.pop("name", None)
     if head_name not in HEADS:
-        raise ConfigError(f"{origin.get('head.name', 'config')}: head.name: expected one of "
-                          f"{', '.join(HEADS)}, got {head_name!r}")
+        # a missing name is blamed on whatever set the head section last (`head=` empties it)
+        source = origin.get("head.name") if "name" in (head or {}) else origin.get("head", "config")
+        raise ConfigError(f"{source}: head.name: expected one of {', '.join(HEADS)}, got {head_name!r}")
     head_cls = HEADS[head_name]
-    head_options = build_section(head_cls.Options, head_raw, "head", origin)
+    head_options = build_section(head_cls.Options, head_raw, "head", origin, owner=f"the {head_name} head")
     model = sections["model"]
     if head_cls.requires_nhidlast_equal_emsize and model.nhidlast != model.emsize:
         raise ConfigError(f"{origin.get('model.nhidlast', 'config')}: model.nhidlast: the "

@@ -96,7 +96,7 @@ def load_plan(path: str | Path) -> Plan:
         raise fail("experiments", "a non-empty list of experiments", experiments)
     reports = tuple(_strings(data.get("report", []), "report", fail))
     plan = Plan(path, data["title"], Path(data["out"]),
-                tuple(_experiment(entry, i, data, fail) for i, entry in enumerate(experiments)), reports)
+                tuple(_experiment(entry, i, data, path, fail) for i, entry in enumerate(experiments)), reports)
     for text, arguments in zip(reports, plan.report_commands()):
         problem = check_report_arguments(arguments)
         if problem:
@@ -116,7 +116,7 @@ def _analyses(data: dict, where: str, fail) -> tuple[Analysis, ...]:
                  for key in ("rank", "robustness") if key in data)
 
 
-def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
+def _experiment(entry, index: int, plan: dict, plan_path: Path, fail) -> Experiment:
     where = f"experiments[{index}]"
     if not isinstance(entry, dict):
         raise fail(where, "a mapping with a config", entry)
@@ -132,15 +132,17 @@ def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise fail(f"{where}.grid", "a mapping of keys to non-empty lists of values", grid)
     seeds = entry.get("seeds", plan.get("seeds"))
+    if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(
+            s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds)):
+        raise fail(f"{where}.seeds", "a list of integers (and `config`)", seeds)
+    # The overrides, and each value of the grid alone, read as the runs will read them: a wrong
+    # key or value is named here, with the plan file, before anything runs.
+    own_seed = _checked_config(config, overrides, where, plan_path).train.seed
+    for key, values in grid.items():
+        for value in values:
+            _checked_config(config, (*overrides, f"{key}={yaml_scalar(value)}"), f"{where}.grid", plan_path)
     if seeds is not None:
-        if not isinstance(seeds, list) or not seeds or not all(
-                s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds):
-            raise fail(f"{where}.seeds", "a list of integers (and `config`)", seeds)
-        try:
-            own = load_config(config, list(overrides)).train.seed
-        except ConfigError as e:
-            raise LaunchError(f"{where}: {e}") from None
-        seeds = tuple(own if s == "config" else s for s in seeds)
+        seeds = tuple(own_seed if s == "config" else s for s in seeds)
     # An experiment's own rank / robustness options replace the plan's (both keys together).
     own = {"rank", "robustness"} & set(entry)
     analyses = _analyses(entry, f"{where}.", fail) if own else _analyses(plan, "", fail)
@@ -151,6 +153,13 @@ def _experiment(entry, index: int, plan: dict, fail) -> Experiment:
     return Experiment(config, overrides,
                       tuple((key, tuple(yaml_scalar(v) for v in values)) for key, values in grid.items()),
                       seeds, analyses, finetune)
+
+
+def _checked_config(config: Path, overrides: tuple, where: str, plan_path: Path):
+    try:
+        return load_config(config, list(overrides))
+    except ConfigError as e:
+        raise LaunchError(f"{plan_path}: {where}: {e}") from None
 
 
 def _finetune_best(entry, where: str, fail) -> FinetuneBest:

@@ -55,7 +55,12 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("train.asgd_trigger=sometimes", "train.asgd_trigger: expected one of 'et', 'nt', 'start', 'never'"),
     ("run.tensorboard=maybe", "run.tensorboard: expected true or false"),
     ("head.name=nope", "head.name: expected one of"),
-    ("head.k=2", "unknown key head.k"),
+    ("head=softmax", "head: expected a mapping of keys (name: and the head's options, e.g. head.name=softmax), "
+                     "got 'softmax'"),
+    ("head=3", "head: expected a mapping of keys"),
+    ("head=", "head.name: expected one of"),
+    ("head.name=gss", "missing required key head.c of the gss head (a finite float32 number)"),
+    ("head.k=2", "unknown key head.k (the softmax head takes no keys)"),
     ("model.nhidlast=300", "nhidlast must equal emsize"),
     ("train.small_batch_size=21", "small_batch_size: expected at most batch_size"),
     ("run.device=gpu", "run.device: expected auto"),

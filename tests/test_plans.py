@@ -56,6 +56,9 @@ def plan_rows() -> dict[str, int]:
 
 def test_every_plan_is_in_the_tables_of_plans_with_its_number_of_runs(capsys):
     rows = plan_rows()
+    missing = sorted({str(p) for p in PLANS} - set(rows))
+    assert not missing, (f"{missing}: every plan in sweeps/ has a row in a table of plans "
+                         f"({TABLES_OF_PLANS}); a scratch plan can live outside sweeps/")
     assert sorted(rows) == [str(p) for p in PLANS]
     for plan in PLANS:
         assert sweep.main([str(plan), "--dry-run"]) == 0
@@ -301,7 +304,11 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     ("title: t\nout: o\noverrides: train.epochs=3\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
      "overrides: expected a list of strings"),
     ("title: t\nout: o\noverrides: [train.nope=1]\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
-     "unknown key train.nope"),
+     "experiments[0]: override 'train.nope=1': unknown key train.nope"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, grid: {head.init_tua: [1]}}]\n",
+     "experiments[0].grid: override 'head.init_tua=1': unknown key head.init_tua (the softmax head takes no keys)"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, grid: {train.lr: [20, abc]}}]\n",
+     "experiments[0].grid: override 'train.lr=abc': train.lr: expected a finite float32 number"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['tabel {out} --out x']\n",
      "report command 'tabel {out} --out x': report.py: error: argument command: invalid choice: 'tabel'"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {out}']\n",
@@ -331,7 +338,7 @@ def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     assert is_plan(plan)
     assert sweep.main([str(plan), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "\n" not in err and message in err, err
+    assert err.startswith(f"error: {plan}: ") and "\n" not in err and message in err, err
 
 
 @pytest.mark.parametrize("extra", [[], ["--out", "elsewhere"], ["--dry-run"]])
