@@ -63,6 +63,15 @@ def legend_names(run_dirs: Sequence[Path]) -> list[str]:
     return [name if names.count(name) == 1 else run_dir.name for name, run_dir in zip(names, run_dirs)]
 
 
+def how_to_rank(run_dir: Path) -> str:
+    """What gives run_dir its spectrum: rank.py for a run directory; a folder of runs is
+    report.py spectra's to plot (rank.py --plot takes run directories)."""
+    if not (run_dir / "config.yaml").is_file() and any(run_dir.glob("*/config.yaml")):
+        return (f"a folder of runs, not a run directory: give its runs ({run_dir}/RUN ...), "
+                f"or plot them all with python report.py spectra {run_dir} --out DIR")
+    return f"run python rank.py {run_dir}"
+
+
 def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], list[str]]:
     """(label, values, dashed) per curve, and a note per expected file that is missing."""
     curves, missing = [], []
@@ -74,7 +83,7 @@ def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], l
                 label = name + ("" if kind == "log P" else f" {kind}")   # see run_label
                 curves.append((label, values, kind != "log P"))
             elif kind == "log P":     # heads without transformed logits have no f(l) file
-                missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} (run python rank.py {run_dir})")
+                missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} ({how_to_rank(run_dir)})")
     return curves, missing
 
 

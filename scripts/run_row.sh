@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 config="$1"; shift
 PYTHON="${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}"
+"$PYTHON" -c "import torch" 2>/dev/null || {
+  echo "error: $PYTHON cannot import torch: run scripts/setup.sh first (it makes .venv, which this script uses), or set PYTHON=/path/to/python" >&2
+  exit 2; }
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"   # a single-GPU run
 seeds=()
 if [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]]; then seeds=(--seeds "$1"); shift; fi

@@ -1,7 +1,7 @@
 """The "Adding a head" recipe (docs/heads.md), followed to the letter in a copy of the repository:
-the new head's file, its import and entry in the registry and its two configs are taken from the
-recipe's code blocks, and nothing else is edited. The generic head tests, the config tests and the training
-test then pick the head up, `train.py --dry-run` resolves it, sweep.py (what the row scripts run)
+the new head's file, its import and entry in the registry and its three configs (PTB, WikiText-2,
+the miniature) are taken from the recipe's code blocks, and nothing else is edited. The generic
+head tests, the config tests and the training test then pick the head up, `train.py --dry-run` resolves it, sweep.py (what the row scripts run)
 plans it, a 3-step training run trains it and synthetic.py fits it."""
 from __future__ import annotations
 
@@ -62,11 +62,11 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True)
 
 
-def test_the_recipe_names_a_file_a_registry_import_and_entry_and_two_configs():
+def test_the_recipe_names_a_file_a_registry_import_and_entry_and_three_configs():
     targets = [first for first, _ in recipe()]
     assert targets == [f"# model/heads/{NAME}.py",
                        "# model/heads/__init__.py: the import after the others, the entry at the end of HEADS",
-                       f"# configs/ptb/{NAME}.yaml", f"# configs/wt2/{NAME}.yaml"]
+                       f"# configs/ptb/{NAME}.yaml", f"# configs/wt2/{NAME}.yaml", f"# configs/ptb_mini/{NAME}.yaml"]
 
 
 def test_generic_tests_pick_up_the_new_head(repo_with_new_head, shared_data_dir):
@@ -83,6 +83,8 @@ def test_generic_tests_pick_up_the_new_head(repo_with_new_head, shared_data_dir)
                  "test_heads.py::test_every_head_has_its_own_label_and_a_config_per_dataset",
                  f"test_configs.py::test_every_config_resolves_and_builds[ptb/{NAME}]",
                  f"test_configs.py::test_every_config_resolves_and_builds[wt2/{NAME}]",
+                 f"test_configs.py::test_every_config_resolves_and_builds[ptb_mini/{NAME}]",
+                 f"test_configs.py::test_the_miniature_configs_share_one_body_and_halve_sbs_dropout[{NAME}]",
                  f"test_heads_training.py::test_a_resumed_run_equals_an_uninterrupted_one[{NAME}]"):
         assert f"tests/{test}" in passed, test
 

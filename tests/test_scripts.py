@@ -53,6 +53,20 @@ def test_a_row_script_trains_evaluates_ranks_and_resumes(ptb_slice, tmp_path):
     assert "finished and evaluated: skip" in again.stdout and "1 skipped" in again.stdout
 
 
+def test_a_row_script_without_torch_says_how_to_get_it_in_one_line(tmp_path):
+    """A fresh clone without scripts/setup.sh's .venv falls back to python3; one that cannot
+    import torch is one line and exit 2, not a traceback from sweep.py."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    proc = subprocess.run(["bash", "scripts/ptb_softmax.sh", "7"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHON=str(python), OUT=str(tmp_path / "runs")))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"error: {python} cannot import torch: run scripts/setup.sh first (it makes .venv, "
+                           f"which this script uses), or set PYTHON=/path/to/python\n")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_setup_refuses_a_python_older_than_the_default_torch_needs_in_one_line(tmp_path):
     """A venv whose python is older than 3.10 (a stand-in that fails the version check): one line,
     exit 2, nothing installed."""

@@ -306,7 +306,11 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     assert report.main(["spectra", str(root), "--out", str(out), "--transformed"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert f"missing: {root / 'ptb-ss'}: no singular_values_test_logp.npy" in printed
+    assert f"missing: {root / 'ptb-ss'}: no singular_values_test_logp.npy (run python rank.py {root / 'ptb-ss'})" in printed
+    # a folder of runs given where run directories are expected (rank.py --plot FOLDER)
+    assert collect([root], transformed=False)[1] == [
+        f"{root}: no singular_values_test_logp.npy (a folder of runs, not a run directory: give its runs "
+        f"({root}/RUN ...), or plot them all with python report.py spectra {root} --out DIR)"]
     curves, missing = collect([root / "ptb-mos", root / "ptb-softmax"], transformed=True)
     assert [(label, dashed) for label, _, dashed in curves] == \
         [("MoS, seed 1", False), ("MoS, seed 1 f(l)", True), ("Softmax, seed 1", False)]
