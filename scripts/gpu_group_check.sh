@@ -58,7 +58,7 @@ if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --w
 else products=(--steps 5); layers=(--shapes ptb --steps 5); fi
 timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
-timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
+timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
 # The candidate for PTB's shapes: the whole step with one product per member (appended to the table).
 if [ "${FAST:-0}" = 1 ]; then per_member=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
