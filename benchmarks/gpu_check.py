@@ -228,7 +228,8 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
     """One batched group step (train.py --group's on a GPU: model/group.py's bodies, then
     experiment/group.py's heads and losses) against each member's solo step, from the same weights
     and masks: Softmax (its batched head), MoS and Mixtape of the miniature, of three lengths (the
-    group pads and stops each at its own), their losses and gradients.
+    group pads and stops each at its own), their losses and gradients; the group's step with each
+    way of the LSTM's products (one batched product, one per member).
 
     Float32 rounding differs per parameter (MoS's gradients are worse conditioned than Softmax's),
     so its scale is measured: the solo step is also computed with the device's other LSTM kernel
@@ -238,6 +239,7 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
 
     from experiment.group import grouped_losses
     from model.group import grouped_forward
+    from model.kernels import grouped_lstm
     from model.random_stream import RandomStream
     from train import regularized_loss
     report.section("group runs: one batched step against the solo steps, same weights and masks")
@@ -267,27 +269,39 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
     for name, model, stream, inputs, *_ in members:
         with stream:
             draws.append(model.body.draw_random(*inputs.shape))
-    bodies = grouped_forward([m[1].body for m in members], [m[3] for m in members],
-                             [m[1].init_hidden(batch) for m in members], draws)
-    _, losses = grouped_losses([m[1] for m in members], bodies, [m[4] for m in members], [m[2] for m in members],
-                               [(m[5].alpha, m[5].beta) for m in members])
-    losses.sum().backward()
-    for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads), other_grads in zip(members, losses, solo, other):
-        loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)
-        names = [n for n, _ in model.named_parameters()]
-        grads = [p.grad for p in model.parameters()]
-        overall = relative(torch.cat([g.flatten() for g in grads]), torch.cat([g.flatten() for g in solo_grads]))
-        apart = [relative(g, s) for g, s in zip(grads, solo_grads)]
-        rounding = [relative(o, s) for o, s in zip(other_grads, solo_grads)]
-        worst = max(range(len(names)), key=lambda k: apart[k] / max(GROUP_TOLERANCE, ROUNDING_FACTOR * rounding[k]))
-        ok = (loss_difference <= GROUP_TOLERANCE and overall <= GROUP_TOLERANCE
-              and all(a <= max(GROUP_TOLERANCE, ROUNDING_FACTOR * r) for a, r in zip(apart, rounding)))
-        report.check(f"group {name}", ok,
-                     f"{inputs.size(0)} steps of {len(members)} lengths: loss {loss_difference:.1e}, "
-                     f"gradients {overall:.1e} relative to the solo step's (bound {GROUP_TOLERANCE:.0e}); "
-                     f"per parameter at most {max(apart):.1e}, {names[worst]} {apart[worst]:.1e} with the solo "
-                     f"step's two LSTM kernels {rounding[worst]:.1e} apart there (bound: the larger of "
-                     f"{GROUP_TOLERANCE:.0e} and {ROUNDING_FACTOR}x that)")
+    # Each way of the time loops' products (model/kernels/grouped_lstm.py's PRODUCT) from the same
+    # draws, each member's stream where the draws left it (MoS's and Mixtape's heads draw from it).
+    after_draws = [member[2].state() for member in members]
+    for product in grouped_lstm.PRODUCT_WAYS:
+        for member, state in zip(members, after_draws):
+            member[1].zero_grad(set_to_none=True)
+            member[2].restore(state["torch"], state["cuda"])
+        chosen, grouped_lstm.PRODUCT = grouped_lstm.PRODUCT, product
+        try:
+            bodies = grouped_forward([m[1].body for m in members], [m[3] for m in members],
+                                     [m[1].init_hidden(batch) for m in members], draws)
+            _, losses = grouped_losses([m[1] for m in members], bodies, [m[4] for m in members],
+                                       [m[2] for m in members], [(m[5].alpha, m[5].beta) for m in members])
+            losses.sum().backward()
+        finally:
+            grouped_lstm.PRODUCT = chosen
+        way = "" if product == "batched" else ", one product per member"
+        for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads), other_grads in zip(members, losses, solo, other):
+            loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)
+            names = [n for n, _ in model.named_parameters()]
+            grads = [p.grad for p in model.parameters()]
+            overall = relative(torch.cat([g.flatten() for g in grads]), torch.cat([g.flatten() for g in solo_grads]))
+            apart = [relative(g, s) for g, s in zip(grads, solo_grads)]
+            rounding = [relative(o, s) for o, s in zip(other_grads, solo_grads)]
+            worst = max(range(len(names)), key=lambda k: apart[k] / max(GROUP_TOLERANCE, ROUNDING_FACTOR * rounding[k]))
+            ok = (loss_difference <= GROUP_TOLERANCE and overall <= GROUP_TOLERANCE
+                  and all(a <= max(GROUP_TOLERANCE, ROUNDING_FACTOR * r) for a, r in zip(apart, rounding)))
+            report.check(f"group {name}{way}", ok,
+                         f"{inputs.size(0)} steps of {len(members)} lengths: loss {loss_difference:.1e}, "
+                         f"gradients {overall:.1e} relative to the solo step's (bound {GROUP_TOLERANCE:.0e}); "
+                         f"per parameter at most {max(apart):.1e}, {names[worst]} {apart[worst]:.1e} with the solo "
+                         f"step's two LSTM kernels {rounding[worst]:.1e} apart there (bound: the larger of "
+                         f"{GROUP_TOLERANCE:.0e} and {ROUNDING_FACTOR}x that)")
 
 
 # ---------------------------------------------------------------------- memory

@@ -48,7 +48,8 @@ def test_one_section_alone(tmp_path):
                           env={**os.environ, "OMP_NUM_THREADS": "1", "AWD_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[ok] group mos: " in proc.stdout and "== LSTM: device against the CPU" not in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "3 of 3 checks passed"
+    assert "[ok] group mos, one product per member: " in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "6 of 6 checks passed"
 
 
 def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatch, capsys):
@@ -68,5 +69,6 @@ def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatc
     monkeypatch.setattr(model.group, "grouped_forward", off)
     report = gpu_check.Report()
     gpu_check.group_agreement(report, torch.device("cpu"), fast=True)
-    assert [(c.name, c.ok) for c in report.checks] == [("group softmax", True), ("group mos", False),
-                                                        ("group mixtape", True)]
+    assert [(c.name, c.ok) for c in report.checks] == [
+        (f"group {head}{way}", head != "mos") for way in ("", ", one product per member")
+        for head in ("softmax", "mos", "mixtape")]
