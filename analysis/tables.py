@@ -564,11 +564,17 @@ def table_note(table: Table) -> str:
 
 def devices_markdown(cells: Sequence[tuple[str, Sequence[RunResult]]]) -> str:
     """Where each cell's runs trained (run.json): one line when every run shares a device,
-    else each cell's count per device."""
+    else each cell's count per device (a device without its model recorded said so)."""
     devices = {run.device for _, runs in cells for run in runs}
     if len(devices) == 1:
         return f"Where the runs trained (run.json): every run on {devices.pop()}.\n"
-    lines = [f"- {label}: " + ", ".join(f"{n} on {device}" for device, n in
+    # Older runs' run.json has the device ("cpu") without its model: beside runs of that device
+    # with one ("cpu (AMD EPYC ...)"), say that it is unrecorded rather than a different device.
+    named = {device.split(" (")[0] for device in devices if " (" in device}
+
+    def shown(device: str) -> str:
+        return f"{device} (model not recorded)" if device in named else device
+    lines = [f"- {label}: " + ", ".join(f"{n} on {shown(device)}" for device, n in
                                         sorted(Counter(run.device for run in runs).items()))
              for label, runs in cells]
     return "Where the runs trained (run.json), per row:\n\n" + "\n".join(lines) + "\n"

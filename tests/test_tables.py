@@ -377,3 +377,9 @@ def test_the_report_says_where_each_rows_runs_trained(runs, tmp_path):
     assert report.main(["table", str(runs), "--out", str(tmp_path / "mixed")]) == 0
     markdown = (tmp_path / "mixed.md").read_text()
     assert "- Softmax: 2 on cpu, 1 on cuda:0 (NVIDIA H200)\n- SS: 3 on cpu, 1 on cuda:0 (NVIDIA H200)" in markdown
+    # a run that records its processor beside older ones that do not: the older ones' model unrecorded
+    info = json.loads((runs / "ptb-softmax-seed1" / "run.json").read_text())
+    (runs / "ptb-softmax-seed1" / "run.json").write_text(json.dumps({**info, "device_name": "cpu (EPYC)"}))
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "named")]) == 0
+    assert "- Softmax: 1 on cpu (model not recorded), 1 on cpu (EPYC), 1 on cuda:0 (NVIDIA H200)" in \
+        (tmp_path / "named.md").read_text()
