@@ -107,6 +107,12 @@ def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
         raise CheckpointError(f"{run_dir}: the run has no validated model yet (train.py writes best.pt "
                               f"when it first validates, at the end of epoch 1); "
                               f"{run_dir / 'last.pt'}, the weights where training stands, can be given instead")
+    if run_dir.is_dir() and (run_dir / "config.yaml").is_file() and not any(
+            (run_dir / f).is_file() for f in ("metrics.jsonl", "eval_best.json")):
+        # Started, no epoch finished, nothing saved: in its first epoch, or killed in it.
+        raise CheckpointError(f"{resolved}: checkpoint not found; {run_dir} holds a run that has not saved "
+                              f"a checkpoint yet (train.py writes last.pt at the end of each epoch and when "
+                              f"stopped): if it is not training, start it again with its train.py command")
     if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
         # A committed run of results/ (or a copy): its result files, never its checkpoints.
         raise CheckpointError(f"{resolved}: checkpoint not found; {run_dir} holds a run's result files "

@@ -160,7 +160,8 @@ class TrainedModel:
 def describe_weights(w: dict) -> str:
     """TrainedModel.weights() in words, e.g. "weights after epoch 2 (step 96), raw"."""
     if w["step"] == 0:
-        where = "the initial weights (no training step taken)"
+        where = ("the weights before this run's first training step (its initial weights, or a "
+                 "finetuning's starting weights)")
     elif w["epoch_complete"]:
         where = f"weights after epoch {w['epoch']} (step {w['step']})"
     else:

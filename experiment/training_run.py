@@ -91,20 +91,11 @@ RESUMABLE_OVERRIDES = ("run.", "data.data_dir")
 def resolve_run(args) -> tuple[Config, Path, dict | None]:
     """The config, the run directory and (when resuming) the checkpoint to continue from."""
     if args.resume:
-        run_dir = Path(args.resume)
+        run_dir = resume_directory(Path(args.resume), args.overrides)
         ckpt_path = run_dir / "last.pt"
         ckpt = checkpoint.load(ckpt_path)
         checkpoint.require_kind(ckpt, "last", ckpt_path, "--resume continues a run from the "
                                 "last.pt train.py writes")
-        for text in args.overrides:
-            keys, value = parse_override(text)
-            key = ".".join(keys)
-            if key == "run.dir" and Path(str(value)).resolve() != run_dir.resolve():
-                raise ConfigError(f"override {text!r}: a resumed run stays in {run_dir}; copy "
-                                  f"the directory and resume the copy to continue it elsewhere")
-            if not key.startswith(RESUMABLE_OVERRIDES):
-                raise ConfigError(f"override {text!r}: only run.* and data.data_dir can change "
-                                  f"when resuming; {key} is fixed by {ckpt_path}")
         config = load_config(None, list(args.overrides) + [f"run.dir={run_dir}"], base=ckpt["config"])
         return config, run_dir, ckpt
     if args.finetune:
@@ -127,13 +118,38 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
     return config, run_dir, None
 
 
-def run_to_resume(run_dir: Path) -> RunLock:
-    """The lock of a run directory that holds a last.pt (taken before reading it: no other
-    process writes it then)."""
+def resume_directory(run_dir: Path, overrides) -> Path:
+    """run_dir, checked as --resume's argument with its overrides before anything is read or
+    locked: a directory holding last.pt, and only run.* and data.data_dir changed."""
+    if run_dir.is_file():
+        raise ConfigError(f"--resume {run_dir}: a file; --resume takes the run directory that holds "
+                          f"last.pt ({run_dir.parent})")
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume {run_dir}: no such run directory")
     if not (run_dir / "last.pt").is_file():
-        raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a "
-                              f"run directory in which train.py saved last.pt")
-    return RunLock(run_dir)
+        started = (run_dir / "config.yaml").is_file() and not (run_dir / "metrics.jsonl").is_file()
+        raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a run directory "
+                              f"in which train.py saved last.pt" + (
+                                  " (this run has not saved one yet: train.py writes it at the end of each "
+                                  "epoch and when stopped; if it is not training, start it again with its "
+                                  "train.py command)" if started else ""))
+    for text in overrides:
+        keys, value = parse_override(text)
+        key = ".".join(keys)
+        if key == "run.dir" and Path(str(value)).resolve() != run_dir.resolve():
+            raise ConfigError(f"override {text!r}: a resumed run stays in {run_dir}; copy "
+                              f"the directory and resume the copy to continue it elsewhere")
+        if not key.startswith(RESUMABLE_OVERRIDES):
+            raise ConfigError(f"override {text!r}: only run.* and data.data_dir can change "
+                              f"when resuming; {key} is fixed by {run_dir / 'last.pt'} (to train "
+                              f"on from its best model: train.py --finetune {run_dir})")
+    return run_dir
+
+
+def run_to_resume(run_dir: Path, overrides) -> RunLock:
+    """The lock of a run directory that holds a last.pt (taken before reading it: no other
+    process writes it then), after its arguments are checked (a refusal leaves it untouched)."""
+    return RunLock(resume_directory(run_dir, overrides))
 
 
 def check_splits(config: Config, corpus) -> None:
@@ -228,7 +244,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     """The run, checked before anything is written into the run directory (rank 0 takes its
     lock); None after --dry-run's report."""
     if args.resume and world.is_main:
-        held.enter_context(run_to_resume(Path(args.resume)))
+        held.enter_context(run_to_resume(Path(args.resume), args.overrides))
     config, run_dir, resume_ckpt = resolve_run(args)
     device = world.device(config.run.device)
     corpus = load_corpus(config.data.dataset, config.data.data_dir,
@@ -298,7 +314,7 @@ def finish_message(progress: TrainingProgress, config: Config, run_dir: Path, wo
     where = (f"stopped: run.max_steps={config.run.max_steps} reached (step {progress.step}, "
              f"epoch {progress.epoch} of {config.train.epochs})")
     resume = f"continue with {resume_command(run_dir, world)}"
-    if progress.val_history:
+    if progress.val_history or (run_dir / "best.pt").is_file():   # (a finetuning's starting weights)
         return f"{where}; {best}; {evaluate} (its best.pt), or {resume}"
     return (f"{where}, before the first validation, so there is no best.pt yet; {resume}, or "
             f"evaluate the weights where it stands with python evaluate.py {run_dir / 'last.pt'}")

@@ -213,12 +213,17 @@ def test_the_lines_docs_ranks_md_explains_are_the_lines_rank_py_prints():
 
 
 def test_a_run_without_checkpoints_and_a_missing_one_are_told_apart(tmp_path):
-    """A committed run of results/ (its result files, no checkpoint) says so and how to get one;
+    """A run that has saved nothing yet, and a committed run of results/ (its result files, no
+    checkpoint), each say so and what to do;
     a path that does not exist says that; a missing checkpoint file says checkpoint not found."""
     from experiment.checkpoint import CheckpointError, existing_checkpoint
     run = tmp_path / "ptb-softmax-seed1"
     run.mkdir()
     (run / "config.yaml").write_text("data: {dataset: ptb}\n", encoding="utf-8")
+    # started but no epoch finished (in its first epoch, or killed there): not a results/ copy
+    with pytest.raises(CheckpointError, match="holds a run that has not saved a checkpoint yet .*its train.py command$"):
+        existing_checkpoint(run)
+    (run / "metrics.jsonl").write_text("{}\n", encoding="utf-8")
     with pytest.raises(CheckpointError, match="result files without its checkpoints .*sweep.py PLAN --out DIR"):
         existing_checkpoint(run)
     with pytest.raises(CheckpointError, match="no such run directory"):

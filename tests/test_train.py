@@ -295,9 +295,25 @@ def test_refusals(ptb_slice, tmp_path, tiny_overrides, capsys):
     # a second run into the same directory
     assert train.main([PTB, *tiny_overrides, "run.max_steps=2", f"run.dir={run_dir}"]) == 2
     assert "already holds a run" in capsys.readouterr().err
-    # changing the maths of a run when resuming
+    # changing the maths of a run, or its directory, when resuming: refused before the lock is
+    # taken, so the directory (its .lock included) is left as it was
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in run_dir.iterdir()}
     assert train.main(["--resume", str(run_dir), "train.lr=1"]) == 2
     assert "only run.* and data.data_dir can change" in capsys.readouterr().err
+    assert train.main(["--resume", str(run_dir), f"run.dir={tmp_path / 'elsewhere'}"]) == 2
+    assert "a resumed run stays in" in capsys.readouterr().err
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in run_dir.iterdir()} == before
+    # --resume given a checkpoint file, a missing directory, a run that has saved nothing yet
+    assert train.main(["--resume", str(run_dir / "last.pt")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --resume {run_dir / 'last.pt'}: a file; --resume takes "
+                                               f"the run directory that holds last.pt ({run_dir})")
+    assert train.main(["--resume", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --resume {tmp_path / 'nope'}: no such run directory"
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    assert train.main(["--resume", str(started)]) == 2
+    assert "this run has not saved one yet" in capsys.readouterr().err
     # a checkpoint whose vocabulary is not the corpus's
     other = tmp_path / "other-data"
     (other / "ptb").mkdir(parents=True)
@@ -515,6 +531,11 @@ def test_finetune_keeps_the_starting_weights_as_best_until_an_epoch_beats_them(e
     best = torch.load(run_dir / "best.pt", weights_only=True)
     assert_bitwise_equal(best["model"], start["model"])
     assert (best["epoch"], best["step"], best["averaged"]) == (0, 0, False)
+    # stopped before its first validation, it still has a best.pt (the starting weights)
+    stopped = tmp_path / "stopped"
+    assert train.main(["--finetune", str(et_run), "run.max_steps=1", f"run.dir={stopped}"]) == 0
+    out = capsys.readouterr().out
+    assert "evaluate with python evaluate.py" in out and "no best.pt yet" not in out
     assert best["val_loss"] == pytest.approx(start["val_loss"], rel=1e-6)
     # An ordinary finetuning epoch (the trained lr) that does beat them replaces them.
     run_dir = tmp_path / "improved"
