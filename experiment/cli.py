@@ -1,11 +1,13 @@
 """The command lines of the scripts: their parser, whose every error is one line, and how the
 scripts that read runs (evaluate.py, rank.py, generate.py, report.py, synthetic.py) end: with
-main()'s exit status, and on Ctrl-C with one line instead of a traceback from deep in torch.
+main()'s exit status, and on Ctrl-C or SIGTERM with one line instead of a traceback from deep in
+torch (or, for SIGTERM, a silent exit).
 train.py and sweep.py catch the interruption themselves, to save and to say how to go on."""
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Callable, NoReturn
 
@@ -33,13 +35,25 @@ def leave_a_closed_terminal() -> None:
             os.close(null)
 
 
+class Terminated(Exception):
+    """SIGTERM (a scheduler's stop, `kill`), raised in the main thread as Ctrl-C raises
+    KeyboardInterrupt, so that it ends the script the same way."""
+
+
+def _terminated(signum, frame) -> NoReturn:
+    raise Terminated
+
+
 def run_script(main: Callable[[], int]) -> NoReturn:
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stop:
         # Their result files are written whole at the end (or one by one, each whole), and the
         # run directory's lock is released on the way out: the same command starts over.
-        print("interrupted (Ctrl-C): stopped before the end; run the same command again",
-              file=sys.stderr)
-        code = 130
+        interrupted = isinstance(stop, KeyboardInterrupt)
+        how, code = ("interrupted (Ctrl-C)", 130) if interrupted else ("stopped (SIGTERM)", 143)
+        print(f"{how}: stopped before the end; run the same command again", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     sys.exit(code)

@@ -90,19 +90,20 @@ run_script(lambda: rank.main([sys.argv[1], "--device", "cpu"]))
 """
 
 
-def test_ctrl_c_during_rank_py_is_one_line_and_releases_the_run(tiny_run, tmp_path):
-    """A real SIGINT while rank.py holds the run directory's lock: one line, exit 130, and the
-    lock is free for the next command."""
+@pytest.mark.parametrize("signum, code, how", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                              (signal.SIGTERM, 143, "stopped (SIGTERM)")])
+def test_ctrl_c_or_sigterm_during_rank_py_is_one_line_and_releases_the_run(signum, code, how, tiny_run, tmp_path):
+    """A real SIGINT or SIGTERM while rank.py holds the run directory's lock: one line, exit 130
+    or 143, and the lock is free for the next command."""
     run_dir = shutil.copytree(tiny_run, tmp_path / "run")      # rank.py writes into it
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "under way"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert "Traceback" not in err
-    assert err.strip().splitlines() == ["interrupted (Ctrl-C): stopped before the end; run the "
-                                        "same command again"]
+    assert err.strip().splitlines() == [f"{how}: stopped before the end; run the same command again"]
     done = subprocess.run([sys.executable, "rank.py", str(run_dir), "--device", "cpu", "--contexts", "50"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
