@@ -96,6 +96,13 @@ def optimizer_tensors(ckpt: dict) -> dict:
     return {f"optimizer.{i}.{key}": value for i, entry in state.items() for key, value in entry.items()}
 
 
+def saved_nothing_yet(run_dir: Path) -> bool:
+    """A run directory train.py started (its config.yaml) that has finished no epoch and holds no
+    result files: in its first epoch, or killed in it (not a results/ run without checkpoints)."""
+    return (run_dir.is_dir() and (run_dir / "config.yaml").is_file()
+            and not any((run_dir / f).is_file() for f in ("metrics.jsonl", "eval_best.json")))
+
+
 def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
     """resolve_checkpoint_path, and a CheckpointError when there is no such file; a run stopped
     before its first validation (last.pt, no best.pt) is told apart from a missing checkpoint."""
@@ -107,9 +114,7 @@ def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
         raise CheckpointError(f"{run_dir}: the run has no validated model yet (train.py writes best.pt "
                               f"when it first validates, at the end of epoch 1); "
                               f"{run_dir / 'last.pt'}, the weights where training stands, can be given instead")
-    if run_dir.is_dir() and (run_dir / "config.yaml").is_file() and not any(
-            (run_dir / f).is_file() for f in ("metrics.jsonl", "eval_best.json")):
-        # Started, no epoch finished, nothing saved: in its first epoch, or killed in it.
+    if saved_nothing_yet(run_dir):
         raise CheckpointError(f"{resolved}: checkpoint not found; {run_dir} holds a run that has not saved "
                               f"a checkpoint yet (train.py writes last.pt at the end of each epoch and when "
                               f"stopped): if it is not training, start it again with its train.py command")

@@ -127,12 +127,11 @@ def resume_directory(run_dir: Path, overrides) -> Path:
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such run directory")
     if not (run_dir / "last.pt").is_file():
-        started = (run_dir / "config.yaml").is_file() and not (run_dir / "metrics.jsonl").is_file()
         raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a run directory "
                               f"in which train.py saved last.pt" + (
                                   " (this run has not saved one yet: train.py writes it at the end of each "
                                   "epoch and when stopped; if it is not training, start it again with its "
-                                  "train.py command)" if started else ""))
+                                  "train.py command)" if checkpoint.saved_nothing_yet(run_dir) else ""))
     for text in overrides:
         keys, value = parse_override(text)
         key = ".".join(keys)

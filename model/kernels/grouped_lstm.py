@@ -6,8 +6,8 @@ autograd, every time step leaves a dozen graph nodes, and on a GPU the step is t
 launching them, forward and backward. `GroupedLSTMRecurrence` computes the same function with
 the forward run outside autograd, saving the gates, and back-propagation through time written
 out: per time step one batched product (or one per member: PRODUCT) and one pointwise cell
-function each way (fused into one kernel by torch.compile on a GPU), and the hidden-to-hidden weights' gradient as one batched
-product over all time steps at the end.
+function each way (fused into one kernel by torch.compile on a GPU), and the hidden-to-hidden
+weights' gradient as one batched product over all time steps at the end.
 
 Even so a step launches a few thousand small kernels (70 x 3 time steps, forward and backward),
 and launching them from Python costs more than the GPU takes to run them: the first H200
@@ -258,10 +258,12 @@ def grouped_lstm_recurrence(xw, h0, c0, w_hh, alive=None):
     steps, members = xw.size(1), xw.size(0)
     alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
     if not captured or Loops.capture_failed:
-        return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=False, product=PRODUCT))
+        loops = Loops(xw.is_cuda, captured=False, product=PRODUCT)
+        return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, loops)
     padded = -(-steps // STEP_BUCKET) * STEP_BUCKET
     if padded > steps:
         xw = F.pad(xw, (0, 0, 0, 0, 0, padded - steps))
         alive = F.pad(alive, (0, 0, 0, padded - steps), value=False)
-    out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, Loops(xw.is_cuda, captured=True, product=PRODUCT))
+    loops = Loops(xw.is_cuda, captured=True, product=PRODUCT)
+    out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, loops)
     return out[:, :steps], h, c
