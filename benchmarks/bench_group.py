@@ -27,14 +27,15 @@ against training its runs one after another.
 
 --products: the grouped LSTM's per-time-step products alone (the forward's, each member's h by its
 own W_hh transposed, and the backward's, the gates' gradient by W_hh), one time loop of each for
-each G, three ways: batched (the recurrence's default), weights first (the product transposed:
-4H or H rows a member instead of B) and one product per member (the recurrence's per_member).
-Whether the batched product's layout, or the library's choice of kernel for a few members, is
-what a group loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+each G, four ways: batched (the recurrence's default), weights first (the product transposed:
+4H or H rows a member instead of B), one product per member (the recurrence's per_member) and,
+for the backward's, split by gate (the recurrence's gate_split: 4G products of inner dimension H,
+summed). Whether the batched product's layout, or the library's choice of kernel for a few
+members, is what a group loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
 
---product per_member: the grouped LSTM's time loops with one product per member instead of one
-batched product (model/kernels/grouped_lstm.py, PRODUCT), for every table of this run: the
-whole step's tokens/s with it, against the default's.
+--product WAY: the grouped LSTM's time loops computed another way (model/kernels/grouped_lstm.py,
+PRODUCT: per_member or gate_split) for every table of this run: the whole step's tokens/s with
+it, against the default's.
 
 --layers: one LSTM layer's forward and backward (bptt steps, nhid to nhid, the layer's input
 projection included) per G, three ways: the group's recurrence (model/kernels/grouped_lstm.py, its
@@ -257,8 +258,9 @@ def products_table(args, device: torch.device) -> None:
         for name, inner, outer in (("forward", hidden, 4 * hidden), ("backward", 4 * hidden, hidden)):
             print(f"\n{shape} ({config_path}), the {name} loop's product: (G, {rows}, {inner}) by "
                   f"(G, {inner}, {outer}), {steps} products a loop; ms a loop, median of {args.steps}")
-            print("| G | as computed (batched) | weights first (transposed) | one product per member |")
-            print("|---|---|---|---|")
+            print("| G | as computed (batched) | weights first (transposed) | one product per member "
+                  "| split by gate |")
+            print("|---|---|---|---|---|")
             for g in groups:
                 bias, a = torch.randn(g, rows, outer, device=device), torch.randn(g, rows, inner, device=device)
                 weights = torch.randn(g, 4 * hidden, hidden, device=device)   # W_hh as the loops hold it
@@ -266,8 +268,12 @@ def products_table(args, device: torch.device) -> None:
                 bias_t, a_t, weights_t = (x.transpose(1, 2).contiguous() for x in (bias, a, weights))
                 ways = [partial(product_with(weights, "batched"), bias, a),
                         partial(torch.baddbmm, bias_t, weights_t, a_t),
-                        partial(product_with(weights, "per_member"), bias, a)]
-                cells = median_ms([partial(repeat_call, way, steps) for way in ways], args, device)
+                        partial(product_with(weights, "per_member"), bias, a),
+                        partial(product_with(weights, "gate_split"), bias, a)]
+                timed = [partial(repeat_call, way, steps) for way in ways]
+                if name == "forward":          # the recurrence splits only the backward's 4H
+                    timed[-1] = "-"
+                cells = median_ms(timed, args, device)
                 print(f"| {g} | {' | '.join(cells)} |", flush=True)
 
 
@@ -348,7 +354,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     parser.add_argument("--products", action="store_true",
-                        help="only the time loop's product, three ways, per G (the docstring)")
+                        help="only the time loop's product, four ways, per G (the docstring)")
     parser.add_argument("--layers", action="store_true",
                         help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
     parser.add_argument("--product", choices=PRODUCT_WAYS, default=grouped_lstm.PRODUCT,

@@ -6,14 +6,15 @@
 #   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
 #                      against the solo steps from the same weights and masks (1e-5 relative)
 #   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB);
-#                      then PTB's rows again with --product per_member (one product per member in
-#                      the time loops: the candidate for PTB's G = 4 goal)
+#                      then PTB's rows again with --product gate_split (the backward's product
+#                      split by gate) and with --product per_member (one product per member in the
+#                      time loops): the candidates for PTB's G = 4 goal
 #   plan_steps.txt     bench_group.py --plan sweeps/cpu_converged_heads.yaml: each run's solo step
 #                      against one step of the whole plan as a group
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
 #   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
-#   profile.txt        bench_group.py --products: the time loop's product three ways per G (is
+#   profile.txt        bench_group.py --products: the time loop's product four ways per G (is
 #                      PTB's G = 2 the batched product's layout, or cuBLAS's kernel for a few
 #                      members?); --layers: an LSTM layer forward and backward per G, the group's
 #                      loop against each member's cuDNN LSTM one after another and on a CUDA stream
@@ -56,15 +57,18 @@ timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes
 # PTB's step first (its G = 2 below G = 1 is unexplained), then the miniature's, measured before.
 if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); layers=("${products[@]}")
 else products=(--steps 5); layers=(--shapes ptb --steps 5); fi
-timeout $(left 20) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
+timeout $(left 30) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
-# The candidate for PTB's shapes: the whole step with one product per member (appended to the table).
-if [ "${FAST:-0}" = 1 ]; then per_member=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
-else per_member=(--shapes ptb); fi
-timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --product per_member "${per_member[@]}" "${device[@]}" \
-  >> "$OUT/bench_group.txt" 2>&1 || status=1
+# The candidates for PTB's shapes: the whole step with the backward's product split by gate, then
+# with one product per member (each appended to the table).
+if [ "${FAST:-0}" = 1 ]; then other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
+else other_way=(--shapes ptb); fi
+for way in gate_split per_member; do
+  timeout $(left 50) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
+    >> "$OUT/bench_group.txt" 2>&1 || status=1
+done
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \

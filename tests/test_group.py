@@ -101,7 +101,7 @@ def assert_same_run(a: Path, b: Path, tolerance: float) -> None:
 
 
 # ---------------------------------------------------------------------- the batched body
-@pytest.mark.parametrize("product", ["batched", "per_member"])
+@pytest.mark.parametrize("product", ["batched", "per_member", "gate_split"])
 @pytest.mark.parametrize("lengths", [(7, 7, 7), (7, 4, 6)])
 def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths, product, monkeypatch):
     from model.kernels import grouped_lstm
@@ -147,7 +147,7 @@ def test_the_compiled_cell_a_gpu_runs_is_the_eager_one(float64):
 
 
 @pytest.mark.parametrize("lengths, product", [((8, 8), "batched"), ((7, 7), "batched"), ((7, 3), "batched"),
-                                             ((7, 3), "per_member")])
+                                             ((7, 3), "per_member"), ((7, 3), "gate_split")])
 def test_the_captured_loops_a_gpu_replays_are_the_eager_ones(float64, lengths, product, monkeypatch):
     """On CUDA the time loops are captured (CUDA graphs) with T padded to a multiple of 4 and
     replayed from their own buffers; here the same buffers with the replay emulated. Two layers

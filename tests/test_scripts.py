@@ -121,15 +121,18 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
     files = sorted(p.name for p in out.iterdir())
     assert files == ["bench_group.txt", "env.txt", "gpu_check.txt", "plan_steps.txt", "profile.txt",
                      "runs.tar.gz", "train_group8.txt", "train_solo.txt"]      # 8: all the device tool brings back
-    assert (out / "gpu_check.txt").read_text().strip().endswith("\n7 of 7 checks passed")  # group 2 x 3, lstm 1
+    assert (out / "gpu_check.txt").read_text().strip().endswith("\n10 of 10 checks passed")  # group 3 x 3, lstm 1
     table = (out / "bench_group.txt").read_text()
-    assert "| 2 | " in table and table.count("| 2 | ") == 2                      # the default, then per_member
-    assert "products: batched" in table and "products: per_member" in table
+    assert "| 2 | " in table and table.count("| 2 | ") == 3       # the default, gate_split, per_member
+    assert all(f"products: {way}" in table for way in ("batched", "gate_split", "per_member"))
     assert "as one group:" in (out / "plan_steps.txt").read_text()
     profiled = (out / "profile.txt").read_text()
     assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled
     products = profiled[profiled.index("| G | as computed"):]
     assert [row.split(" | ")[0] for row in products.splitlines()[2:4]] == ["| 1", "| 2"]
+    assert all(row.endswith("| - |") for row in products.splitlines()[2:4])    # the forward is not split
+    backward = profiled[profiled.index("the backward loop's product"):].splitlines()
+    assert all(len(row.split(" | ")) == 5 and not row.endswith("| - |") for row in backward[3:5])
     layers = profiled[profiled.index("| G | the group's recurrence"):].splitlines()
     assert [row.split(" | ")[0] for row in layers[2:4]] == ["| 1", "| 2"]
     assert all(row.endswith("| - (no CUDA) |") for row in layers[2:4])

@@ -5,7 +5,7 @@ a leading group dimension, each member's state frozen after its own last step). 
 autograd, every time step leaves a dozen graph nodes, and on a GPU the step is then set by
 launching them, forward and backward. `GroupedLSTMRecurrence` computes the same function with
 the forward run outside autograd, saving the gates, and back-propagation through time written
-out: per time step one batched product (or one per member: PRODUCT) and one pointwise cell
+out: per time step one batched product (or another way: PRODUCT) and one pointwise cell
 function each way (fused into one kernel by torch.compile on a GPU), and the hidden-to-hidden
 weights' gradient as one batched product over all time steps at the end.
 
@@ -46,19 +46,32 @@ STEP_BUCKET = 4        # captured loops pad T to a multiple of this: at most 3 i
 WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settles the allocator)
 
 # How each time step's product with W_hh is computed: "batched", one batched product for the group
-# (the default), or "per_member", one product per member, where the library chooses its kernel for
+# (the default); "per_member", one product per member, where the library chooses its kernel for
 # one matrix (splitting the inner dimension over more of the GPU's cores, say) at the cost of G
-# kernels a step. The same function either way, summed in the same order per member. Which is the
-# faster where is measured, not assumed: `benchmarks/bench_group.py --product per_member`; at PTB's
-# shapes on an H200 the batched one left a group of 2 slower than one run (docs/gpus.md).
-PRODUCT_WAYS = ("batched", "per_member")
+# kernels a step; "gate_split", the backward's product (the gates' gradient by W_hh, inner
+# dimension 4H) as 4G batched products of inner dimension H, one per member and gate, summed over
+# the gates (the inner dimension split by hand, for every member at once; the forward's product,
+# inner dimension H, stays batched). The same function every way; gate_split sums in another
+# order (float rounding apart). Which is the faster where is measured, not assumed:
+# `benchmarks/bench_group.py --product WAY`; at PTB's shapes on an H200 the batched backward
+# product took 4.7 times as long at G = 2 as at G = 1 (docs/gpus.md).
+PRODUCT_WAYS = ("batched", "per_member", "gate_split")
 PRODUCT = "batched"
+GATES = 4
 
 
 def product_with(weights: torch.Tensor, way: str) -> Callable:
     """(bias (G, B, N), a (G, B, K)) -> bias + a @ weights, member by member: weights (G, K, N)."""
     if way == "batched":
         return lambda bias, a: torch.baddbmm(bias, a, weights)
+    if way == "gate_split":
+        members, inner, outer = weights.shape
+        by_gate = weights.reshape(members * GATES, inner // GATES, outer)
+
+        def gate_split(bias, a):
+            a = a.view(members, -1, GATES, inner // GATES).transpose(1, 2).reshape(members * GATES, -1, inner // GATES)
+            return torch.bmm(a, by_gate).view(members, GATES, -1, outer).sum(1) + bias
+        return gate_split
     members = weights.unbind(0)
 
     def per_member(bias, a):
@@ -113,7 +126,7 @@ CELL_BACKWARD = FusedKernel(_cell_backward, varying={k: (0,) for k in range(7)})
 def recurrence_forward(xw, h0, c0, w_hh, alive, compiled: bool, product: str = "batched"):
     """The time loop forward: (out (G, T, B, H), h, c, and for the backward the activated gates,
     the cell states each step started from and tanh of the new ones, each (T, G, B, .))."""
-    gates_of = product_with(w_hh.transpose(1, 2), product)
+    gates_of = product_with(w_hh.transpose(1, 2), "batched" if product == "gate_split" else product)
     keeps = alive.view(alive.size(0), -1, 1, 1)
     h, c = h0, c0
     outs, gates, cells, tanh_cells = [], [], [], []
