@@ -33,9 +33,10 @@ for the backward's, split by gate (the recurrence's gate_split: 4G products of i
 summed). Whether the batched product's layout, or the library's choice of kernel for a few
 members, is what a group loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
 
---product WAY: the grouped LSTM's time loops computed another way (model/kernels/grouped_lstm.py,
-PRODUCT: per_member or gate_split) for every table of this run: the whole step's tokens/s with
-it, against the default's.
+--product WAY: the grouped LSTM's time loops computed one way for every layer (batched,
+per_member or gate_split) instead of the default's choice by each layer's size (by_shape;
+model/kernels/grouped_lstm.py, PRODUCT), for every table of this run: the whole step's tokens/s
+with it.
 
 --layers: one LSTM layer's forward and backward (bptt steps, nhid to nhid, the layer's input
 projection included) per G, three ways: the group's recurrence (model/kernels/grouped_lstm.py, its
@@ -357,8 +358,8 @@ def parse_args(argv=None):
                         help="only the time loop's product, four ways, per G (the docstring)")
     parser.add_argument("--layers", action="store_true",
                         help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
-    parser.add_argument("--product", choices=PRODUCT_WAYS, default=grouped_lstm.PRODUCT,
-                        help="the grouped LSTM's per-step product (the docstring; default batched)")
+    parser.add_argument("--product", choices=("by_shape", *PRODUCT_WAYS), default=grouped_lstm.PRODUCT,
+                        help="the grouped LSTM's per-step product (the docstring; default by_shape)")
     parser.add_argument("--profile", type=int, metavar="G",
                         help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)

@@ -6,9 +6,8 @@
 #   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
 #                      against the solo steps from the same weights and masks (1e-5 relative)
 #   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB);
-#                      then PTB's rows again with --product gate_split (the backward's product
-#                      split by gate) and with --product per_member (one product per member in the
-#                      time loops): the candidates for PTB's G = 4 goal
+#                      then PTB's rows again with --product batched and --product per_member
+#                      (the time loops' products other ways than the default's choice by shape)
 #   plan_steps.txt     bench_group.py --plan sweeps/cpu_converged_heads.yaml: each run's solo step
 #                      against one step of the whole plan as a group
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
@@ -61,11 +60,12 @@ timeout $(left 30) "$PYTHON" benchmarks/bench_group.py --products "${products[@]
   > "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
-# The candidates for PTB's shapes: the whole step with the backward's product split by gate, then
-# with one product per member (each appended to the table).
+# The other ways of the time loops' products than the default's choice by shape (gate_split at
+# PTB's shapes, batched at the miniature's): PTB's whole step with every layer batched, then with
+# one product per member (each appended to the table).
 if [ "${FAST:-0}" = 1 ]; then other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
 else other_way=(--shapes ptb); fi
-for way in gate_split per_member; do
+for way in batched per_member; do
   timeout $(left 50) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
     >> "$OUT/bench_group.txt" 2>&1 || status=1
 done

@@ -128,6 +128,33 @@ def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths, produc
         torch.testing.assert_close(reference[1][member], reference[0][member, n - 1])
 
 
+def test_the_default_product_is_chosen_by_the_layers_size(float64, monkeypatch):
+    """PRODUCT "by_shape": gate_split from GATE_SPLIT_FROM hidden units up (PTB's layers, 1150 and
+    400), batched below (the miniature's, 256 and 32), the same way every call; a way named in
+    PRODUCT holds for every size. A layer of 400 takes gate_split and equals the reference."""
+    from model.kernels import grouped_lstm
+    assert grouped_lstm.PRODUCT == "by_shape" and grouped_lstm.GATE_SPLIT_FROM == 400
+    assert [grouped_lstm.product_for(h) for h in (32, 256, 399, 400, 1150)] == \
+        ["batched", "batched", "batched", "gate_split", "gate_split"]
+    monkeypatch.setattr(grouped_lstm, "PRODUCT", "per_member")
+    assert {grouped_lstm.product_for(h) for h in (32, 1150)} == {"per_member"}
+    monkeypatch.setattr(grouped_lstm, "PRODUCT", "by_shape")
+    used = []
+    real = grouped_lstm.product_with
+    monkeypatch.setattr(grouped_lstm, "product_with", lambda w, way: used.append(way) or real(w, way))
+    torch.manual_seed(3)
+    g, t, b, h = 2, 3, 2, 400
+    inputs = [torch.randn(g, t, b, 4 * h) * 0.1, torch.randn(g, b, h), torch.randn(g, b, h),
+              torch.randn(g, 4 * h, h) * 0.05]
+    inputs = [x.requires_grad_() for x in inputs]
+    reference = grouped_lstm_reference(*inputs, None)
+    kernel = grouped_lstm.grouped_lstm_recurrence(*inputs)
+    grads = [torch.autograd.grad(sum(x.sum() for x in out), inputs) for out in (reference, kernel)]
+    assert used == ["batched", "gate_split"]          # the forward's product, then the backward's
+    for x, y in zip([*reference, *grads[0]], [*kernel, *grads[1]]):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-12)
+
+
 def test_the_compiled_cell_a_gpu_runs_is_the_eager_one(float64):
     """On a GPU the kernel's pointwise steps go through torch.compile; compiled here on the CPU
     (forward and backward, with members of three lengths) they give the eager results."""

@@ -123,8 +123,8 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
                      "runs.tar.gz", "train_group8.txt", "train_solo.txt"]      # 8: all the device tool brings back
     assert (out / "gpu_check.txt").read_text().strip().endswith("\n10 of 10 checks passed")  # group 3 x 3, lstm 1
     table = (out / "bench_group.txt").read_text()
-    assert "| 2 | " in table and table.count("| 2 | ") == 3       # the default, gate_split, per_member
-    assert all(f"products: {way}" in table for way in ("batched", "gate_split", "per_member"))
+    assert "| 2 | " in table and table.count("| 2 | ") == 3       # the default, batched, per_member
+    assert all(f"products: {way}" in table for way in ("by_shape", "batched", "per_member"))
     assert "as one group:" in (out / "plan_steps.txt").read_text()
     profiled = (out / "profile.txt").read_text()
     assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled

@@ -45,19 +45,33 @@ from .compiled import FusedKernel
 STEP_BUCKET = 4        # captured loops pad T to a multiple of this: at most 3 idle steps
 WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settles the allocator)
 
-# How each time step's product with W_hh is computed: "batched", one batched product for the group
-# (the default); "per_member", one product per member, where the library chooses its kernel for
-# one matrix (splitting the inner dimension over more of the GPU's cores, say) at the cost of G
-# kernels a step; "gate_split", the backward's product (the gates' gradient by W_hh, inner
-# dimension 4H) as 4G batched products of inner dimension H, one per member and gate, summed over
-# the gates (the inner dimension split by hand, for every member at once; the forward's product,
-# inner dimension H, stays batched). The same function every way; gate_split sums in another
-# order (float rounding apart). Which is the faster where is measured, not assumed:
-# `benchmarks/bench_group.py --product WAY`; at PTB's shapes on an H200 the batched backward
-# product took 4.7 times as long at G = 2 as at G = 1 (docs/gpus.md).
+# How each time step's product with W_hh is computed: "batched", one batched product for the group;
+# "per_member", one product per member, where the library chooses its kernel for one matrix
+# (splitting the inner dimension over more of the GPU's cores, say) at the cost of G kernels a
+# step; "gate_split", the backward's product (the gates' gradient by W_hh, inner dimension 4H) as
+# 4G batched products of inner dimension H, one per member and gate, summed over the gates (the
+# inner dimension split by hand, for every member at once; the forward's product, inner dimension
+# H, stays batched). The same function every way; gate_split sums in another order (float
+# rounding apart). `benchmarks/bench_group.py --product WAY` times a way.
 PRODUCT_WAYS = ("batched", "per_member", "gate_split")
-PRODUCT = "batched"
 GATES = 4
+
+# The default, "by_shape": gate_split for layers of GATE_SPLIT_FROM hidden units or more, batched
+# below, as measured on an H200 (docs/gpus.md): at PTB's shapes (layers of 1150 and 400) the
+# batched backward product took 4.7 times as long at G = 2 as at G = 1, and gate_split raised a
+# group of 4 from 1.26x to 1.61x the solo run's tokens/s; at the miniature's (256 and 32) the
+# batched product was the faster (1.7-2.1 against 2.9-4.0 ms a loop). Chosen by shape, never by
+# timing at run time, so that a run resumed or repeated sums in the same order. Sizes between 256
+# and 400 are not measured.
+PRODUCT = "by_shape"
+GATE_SPLIT_FROM = 400
+
+
+def product_for(hidden: int) -> str:
+    """The way (PRODUCT_WAYS) a layer of `hidden` units computes its products under PRODUCT."""
+    if PRODUCT != "by_shape":
+        return PRODUCT
+    return "gate_split" if hidden >= GATE_SPLIT_FROM else "batched"
 
 
 def product_with(weights: torch.Tensor, way: str) -> Callable:
@@ -271,12 +285,12 @@ def grouped_lstm_recurrence(xw, h0, c0, w_hh, alive=None):
     steps, members = xw.size(1), xw.size(0)
     alive = torch.ones(steps, members, dtype=torch.bool, device=xw.device) if alive is None else alive
     if not captured or Loops.capture_failed:
-        loops = Loops(xw.is_cuda, captured=False, product=PRODUCT)
+        loops = Loops(xw.is_cuda, captured=False, product=product_for(h0.size(-1)))
         return GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, loops)
     padded = -(-steps // STEP_BUCKET) * STEP_BUCKET
     if padded > steps:
         xw = F.pad(xw, (0, 0, 0, 0, 0, padded - steps))
         alive = F.pad(alive, (0, 0, 0, padded - steps), value=False)
-    loops = Loops(xw.is_cuda, captured=True, product=PRODUCT)
+    loops = Loops(xw.is_cuda, captured=True, product=product_for(h0.size(-1)))
     out, h, c = GroupedLSTMRecurrence.apply(xw, h0, c0, w_hh, alive, loops)
     return out[:, :steps], h, c
