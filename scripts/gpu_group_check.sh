@@ -66,7 +66,7 @@ timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "
 if [ "${FAST:-0}" = 1 ]; then other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
 else other_way=(--shapes ptb); fi
 for way in batched per_member; do
-  timeout $(left 50) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
+  timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
     >> "$OUT/bench_group.txt" 2>&1 || status=1
 done
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \

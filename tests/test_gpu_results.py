@@ -136,3 +136,75 @@ def test_the_quoted_group_run_figures_are_the_committed_output():
     peaks = [max(r["peak_gpu_memory_bytes"] for name, rows in runs.items() if name.startswith(kind) for r in rows) / 2**30
              for kind in ("group-", "solo-")]
     assert f"group of 8 peaked at {peaks[0]:.2f} GiB of GPU memory, a solo run at {peaks[1]:.2f}" in gpus, peaks
+
+
+# ---------------------------------------------------------------------- the third session's products
+def way_tables(path: Path) -> list[tuple[str, str, list[str]]]:
+    """bench_group.py's tables in a file, in order: (the products' way, the shape, 'x solo run')."""
+    tables, way = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if "the grouped LSTM's products:" in line:
+            way = line.rsplit(": ", 1)[1]
+        elif line.startswith(("mini (", "ptb (")):
+            tables.append((way, line.split()[0], []))
+        elif tables and re.match(r"\| \d+ \|", line):
+            tables[-1][2].append(line.split("|")[3].strip())
+    return tables
+
+
+def loop_table(text: str, title: str) -> list[list[str]]:
+    """The rows (cells after G) of the table that follows the line containing `title`."""
+    lines = text[text.index(title):].splitlines()[3:]
+    return [row.strip("| ").split(" | ")[1:] for row in lines[:4]]
+
+
+def test_the_quoted_product_way_figures_are_the_committed_output():
+    gpus = " ".join(section((REPO / "docs" / "gpus.md").read_text(encoding="utf-8"),
+                            "### The time loops' products").split())
+    first = way_tables(GROUPS / "product_ways" / "bench_group.txt")
+    second = way_tables(GROUPS / "gate_split" / "bench_ptb.txt")
+    third = way_tables(GROUPS / "by_shape" / "bench_group.txt")
+    assert [t[:2] for t in first] == [("batched", "mini"), ("batched", "ptb"), ("per_member", "ptb")]
+    assert [t[:2] for t in second] == [("gate_split", "ptb"), ("batched", "ptb"), ("per_member", "ptb")]
+    assert [t[:2] for t in third] == [("by_shape", "mini"), ("by_shape", "ptb")]
+    columns = [first[0][2], third[0][2], first[1][2], second[1][2], first[2][2], second[2][2], second[0][2], third[1][2]]
+    for k, g in enumerate((1, 2, 4, 8, 16, 32)):
+        cells = [c[k] if k < len(c) else "" for c in columns]
+        assert ("| " + str(g) + " | " + " | ".join(cells) + " |").replace("  ", " ") in gpus, (g, cells)
+    assert f"met in both readings** of this session, {first[0][2][4]} and {third[0][2][4]}" in gpus
+    # The loops' products and the layers, PTB's shapes.
+    profile = (GROUPS / "product_ways" / "profile.txt").read_text(encoding="utf-8")
+    forward = loop_table(profile, "ptb (configs/ptb/softmax.yaml), the forward loop's product")
+    backward = loop_table(profile, "ptb (configs/ptb/softmax.yaml), the backward loop's product")
+    two = lambda rows, col: ", ".join(f"{float(r[col]):.2f}" for r in rows[:3]) + f" and {float(rows[3][col]):.2f}"
+    assert f"took {two(forward, 0)} ms at G = 1, 2, 4, 8" in gpus
+    assert f"(20 x 4600 by 4600 x 1150) {two(backward, 0)} batched, {two(backward, 2)} one per member" in gpus
+    assert f"took {float(backward[1][0]) / float(backward[0][0]):.1f} times one member's" in gpus
+    layers = profile[profile.index("| G | the group's recurrence"):].splitlines()[2:6]
+    layers = [row.strip("| ").split(" | ")[1:] for row in layers]
+    assert (f"the group's recurrence (batched products) {two(layers, 0)} at G = 1, 2, 4, 8; each member's "
+            f"cuDNN LSTM one after another {two(layers, 1)}; the same on a CUDA stream each {two(layers, 2)}") in gpus
+    # Where a step of 4 went, the plan as one group, the self-checks.
+    assert "batched step of a group of 4 (configs/ptb/softmax.yaml): 63.4 ms" in profile
+    ptb4 = profile[profile.index("a group of 4 (configs/ptb"):]
+    backward_ms = profile_milliseconds_in(ptb4, "GroupedLSTMRecurrenceBackward")
+    forward_ms = profile_milliseconds_in(ptb4, "GroupedLSTMRecurrence")
+    assert f"63.4 ms a step, the LSTM loops' backward {backward_ms:.1f} ms and forward {forward_ms:.1f} ms" in gpus
+    assert "272.6 ms" in (GROUPS / "product_ways" / "plan_steps.txt").read_text() and "62.0 ms (4.39x)" in \
+        (GROUPS / "product_ways" / "plan_steps.txt").read_text()
+    assert "272.6 ms for a solo step of each, one after another, against 62.0 ms (4.39x" in gpus
+    assert (GROUPS / "product_ways" / "gpu_check.txt").read_text().strip().endswith("7 of 7 checks passed")
+    for call in ("gate_split", "by_shape"):
+        assert (GROUPS / call / "gpu_check.txt").read_text().strip().endswith("9 of 9 checks passed"), call
+    assert "passed 7 of 7 (first call) and `--only group` 9 of 9 (second and third" in gpus
+    assert "after step 608" in (GROUPS / "product_ways" / "train_group8.txt").read_text()
+    # The 2x at G = 4 arithmetic: 4 x 1,400 tokens at twice the solo run, against the default's step.
+    default_g4 = int(re.search(r"^\| 4 \| ([\d,]+) \|.*\| ([\d,]+) \|$", (GROUPS / "by_shape" / "bench_group.txt").read_text()
+                               .split("ptb (")[1], flags=re.M).group(1).replace(",", ""))
+    assert f"at the default it takes {4 * 1400 / default_g4 * 1000:.0f} ms (4 x 1,400 / {default_g4:,} tokens/s)" in gpus
+
+
+def profile_milliseconds_in(text: str, row: str) -> float:
+    """One row's self CUDA time per step (of 5) in the first profile table of `text`."""
+    line = next(x for x in text.splitlines() if x.strip().startswith(row + " "))
+    return float(re.split(r"\s{2,}", line.strip())[6].removesuffix("ms")) / 5
