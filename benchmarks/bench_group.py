@@ -27,11 +27,12 @@ against training its runs one after another.
 
 --products: the grouped LSTM's per-time-step products alone (the forward's, each member's h by its
 own W_hh transposed, and the backward's, the gates' gradient by W_hh), one time loop of each for
-each G, four ways: batched (the recurrence's default), weights first (the product transposed:
-4H or H rows a member instead of B), one product per member (the recurrence's per_member) and,
-for the backward's, split by gate (the recurrence's gate_split: 4G products of inner dimension H,
-summed). Whether the batched product's layout, or the library's choice of kernel for a few
-members, is what a group loses at PTB's shapes (its G = 2 was slower than G = 1 on an H200).
+each G, several ways: batched (the recurrence's way below 400 hidden units), weights first (the
+product transposed: 4H or H rows a member instead of B), one product per member (the
+recurrence's per_member), and the inner dimension split into 2, 4 and 8 parts, G x parts batched
+products summed (the backward's split into 4 is the recurrence's gate_split, its way from 400
+hidden units up; "-" where the parts do not divide it). Which way the library runs fastest for a
+few members at each shape (PTB's G = 2, batched, was slower than G = 1 on an H200).
 
 --product WAY: the grouped LSTM's time loops computed one way for every layer (batched,
 per_member or gate_split) instead of the default's choice by each layer's size (by_shape;
@@ -71,11 +72,13 @@ from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
 from model.kernels import grouped_lstm  # noqa: E402
-from model.kernels.grouped_lstm import PRODUCT_WAYS, grouped_lstm_recurrence, product_with  # noqa: E402
+from model.kernels.grouped_lstm import (PRODUCT_WAYS, grouped_lstm_recurrence, product_with,  # noqa: E402
+                                        split_inner)
 
 SHAPES = {"mini": ("configs/ptb_mini/softmax.yaml", (1, 2, 4, 8, 16, 32)),
           "ptb": ("configs/ptb/softmax.yaml", (1, 2, 4, 8))}
 PTB_VOCABULARY = 10_000
+SPLITS = (2, 4, 8)            # --products: the inner dimension split into this many parts
 STEPS_OF_STREAM = 64          # the random training stream holds this many steps of the batch
 
 
@@ -259,9 +262,9 @@ def products_table(args, device: torch.device) -> None:
         for name, inner, outer in (("forward", hidden, 4 * hidden), ("backward", 4 * hidden, hidden)):
             print(f"\n{shape} ({config_path}), the {name} loop's product: (G, {rows}, {inner}) by "
                   f"(G, {inner}, {outer}), {steps} products a loop; ms a loop, median of {args.steps}")
-            print("| G | as computed (batched) | weights first (transposed) | one product per member "
-                  "| split by gate |")
-            print("|---|---|---|---|---|")
+            print("| G | as computed (batched) | weights first (transposed) | one product per member | "
+                  + " | ".join(f"inner split in {parts}" for parts in SPLITS) + " |")
+            print("|---|---|---|---|" + "---|" * len(SPLITS))
             for g in groups:
                 bias, a = torch.randn(g, rows, outer, device=device), torch.randn(g, rows, inner, device=device)
                 weights = torch.randn(g, 4 * hidden, hidden, device=device)   # W_hh as the loops hold it
@@ -269,11 +272,11 @@ def products_table(args, device: torch.device) -> None:
                 bias_t, a_t, weights_t = (x.transpose(1, 2).contiguous() for x in (bias, a, weights))
                 ways = [partial(product_with(weights, "batched"), bias, a),
                         partial(torch.baddbmm, bias_t, weights_t, a_t),
-                        partial(product_with(weights, "per_member"), bias, a),
-                        partial(product_with(weights, "gate_split"), bias, a)]
+                        partial(product_with(weights, "per_member"), bias, a)]
+                ways += [partial(split_inner(weights, parts), bias, a) for parts in SPLITS if inner % parts == 0]
                 timed = [partial(repeat_call, way, steps) for way in ways]
-                if name == "forward":          # the recurrence splits only the backward's 4H
-                    timed[-1] = "-"
+                # (powers of 2, ascending: a count that does not divide K is followed by none that does)
+                timed += ["-"] * sum(inner % parts != 0 for parts in SPLITS)
                 cells = median_ms(timed, args, device)
                 print(f"| {g} | {' | '.join(cells)} |", flush=True)
 
@@ -355,7 +358,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     parser.add_argument("--products", action="store_true",
-                        help="only the time loop's product, four ways, per G (the docstring)")
+                        help="only the time loop's product, several ways, per G (the docstring)")
     parser.add_argument("--layers", action="store_true",
                         help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
     parser.add_argument("--product", choices=("by_shape", *PRODUCT_WAYS), default=grouped_lstm.PRODUCT,

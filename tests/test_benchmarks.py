@@ -55,3 +55,27 @@ def test_bench_group_layers_three_ways_compute_the_same_gradients():
         assert torch.allclose(ways.w_ih.grad[k], lstm.weight_ih_l0.grad, atol=1e-12)
         assert torch.allclose(ways.bias.grad[k], lstm.bias_ih_l0.grad, atol=1e-12)
     assert ways.streams is None                     # the streams' way only on CUDA
+
+
+def test_bench_group_products_split_the_inner_dimension_where_the_parts_divide_it(monkeypatch, capsys):
+    """--products' split ways are the batched product summed another way (float64), and a part
+    count that does not divide the inner dimension is a '-' cell, not an error: H = 6 splits the
+    forward's inner 6 in 2 only, the backward's 24 in 2, 4 and 8."""
+    from types import SimpleNamespace
+
+    from benchmarks import bench_group
+    from model.kernels.grouped_lstm import product_with, split_inner
+    torch.manual_seed(0)
+    weights, a, bias = (torch.randn(3, 24, 5, dtype=torch.float64), torch.randn(3, 2, 24, dtype=torch.float64),
+                        torch.randn(3, 2, 5, dtype=torch.float64))
+    for parts in bench_group.SPLITS:
+        torch.testing.assert_close(split_inner(weights, parts)(bias, a), product_with(weights, "batched")(bias, a),
+                                   rtol=0, atol=1e-12)
+    config = SimpleNamespace(train=SimpleNamespace(batch_size=2, bptt=3), model=SimpleNamespace(nhid=6))
+    monkeypatch.setattr(bench_group, "load_config", lambda path: config)
+    args = SimpleNamespace(shapes=["mini"], groups=[1, 2], steps=1, warmup=0)
+    bench_group.products_table(args, torch.device("cpu"))
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 4
+    assert all(row.endswith("| - | - |") and row.count(" - ") == 2 for row in rows[:2])      # forward, inner 6
+    assert all(" - " not in row and len(row.split(" | ")) == 7 for row in rows[2:])         # backward, inner 24

@@ -79,13 +79,7 @@ def product_with(weights: torch.Tensor, way: str) -> Callable:
     if way == "batched":
         return lambda bias, a: torch.baddbmm(bias, a, weights)
     if way == "gate_split":
-        members, inner, outer = weights.shape
-        by_gate = weights.reshape(members * GATES, inner // GATES, outer)
-
-        def gate_split(bias, a):
-            a = a.view(members, -1, GATES, inner // GATES).transpose(1, 2).reshape(members * GATES, -1, inner // GATES)
-            return torch.bmm(a, by_gate).view(members, GATES, -1, outer).sum(1) + bias
-        return gate_split
+        return split_inner(weights, GATES)
     members = weights.unbind(0)
 
     def per_member(bias, a):
@@ -94,6 +88,20 @@ def product_with(weights: torch.Tensor, way: str) -> Callable:
             torch.addmm(bias[k], a[k], w, out=out[k])
         return out
     return per_member
+
+
+def split_inner(weights: torch.Tensor, parts: int) -> Callable:
+    """product_with's function with the inner dimension K split into `parts` equal parts: G x parts
+    batched products of inner dimension K / parts, summed over the parts (gate_split: the backward's
+    4H split into the four gates). `bench_group.py --products` also times other part counts."""
+    members, inner, outer = weights.shape
+    width = inner // parts
+    by_part = weights.reshape(members * parts, width, outer)
+
+    def split(bias, a):
+        a = a.view(members, -1, parts, width).transpose(1, 2).reshape(members * parts, -1, width)
+        return torch.bmm(a, by_part).view(members, parts, -1, outer).sum(1) + bias
+    return split
 
 
 def _cell(a, c, h, keep):
