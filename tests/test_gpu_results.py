@@ -172,6 +172,9 @@ def test_the_quoted_product_way_figures_are_the_committed_output():
         cells = [c[k] if k < len(c) else "" for c in columns]
         assert ("| " + str(g) + " | " + " | ".join(cells) + " |").replace("  ", " ") in gpus, (g, cells)
     assert f"met in both readings** of this session, {first[0][2][4]} and {third[0][2][4]}" in gpus
+    readme = " ".join(section((REPO / "README.md").read_text(encoding="utf-8"), "## On a GPU").split())
+    assert (f"one step of 16 miniature runs gave {first[0][2][4]} and {third[0][2][4]} a solo run's tokens/s "
+            f"(two readings), of 4 runs at PTB's full shapes {third[1][2][2]}") in readme
     # The loops' products and the layers, PTB's shapes.
     profile = (GROUPS / "product_ways" / "profile.txt").read_text(encoding="utf-8")
     forward = loop_table(profile, "ptb (configs/ptb/softmax.yaml), the forward loop's product")
