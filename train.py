@@ -379,6 +379,11 @@ def train_runs(trainers: list[Trainer], take_step) -> dict[Trainer, TrainingStop
                     running.remove(t)
                 else:
                     t.after_step(result)
+            # A signal stops every run after the same step: each run's own update reads it, and a
+            # signal that comes between two runs' updates would otherwise let the first step once more.
+            received = next((t.stop_signal for t in running if t.stop_signal), None)
+            for t in running:
+                t.stop_signal = t.stop_signal or received
             since = share_time(stepped, since)
             for t in [t for t in running if t.epoch_done]:
                 t.close_epoch()

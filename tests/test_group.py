@@ -449,6 +449,30 @@ def test_sigterm_stops_every_member_with_its_last_pt_and_the_group_resumes(tiny,
     assert all(last(d)["progress"]["finished"] for d in dirs)
 
 
+def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tiny, tmp_path, monkeypatch, capsys):
+    """With each member's step one after another (the CPU's way), a signal that comes during the
+    second member's step, after the first member's update read no signal, still stops both after
+    that step: the same step in both messages and both last.pt."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    calls = []
+    real_step = train.Trainer.train_step
+
+    def step(self):
+        calls.append(self.run_dir)
+        if calls.count(dirs[1]) == 4 and self.run_dir == dirs[1]:    # the second member's fourth step
+            assert calls.count(dirs[0]) == 4                          # after the first's fourth update
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self)
+    monkeypatch.setattr(train.Trainer, "train_step", step)
+    schedule = [*tiny, "train.epochs=1", "run.checkpoint_every_steps=1000000"]
+    assert train.main(group(member("softmax", 1, dirs[0], *schedule), member("mos", 2, dirs[1], *schedule),
+                            step="solo")) == 128 + signal.SIGTERM
+    assert calls.count(dirs[0]) == calls.count(dirs[1]) == 4
+    err = capsys.readouterr().err
+    assert all(f"{d}: stopped: SIGTERM after step 4;" in err for d in dirs), err
+    assert [last(d)["progress"]["step"] for d in dirs] == [4, 4]
+
+
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("case, expected", [
     ("shapes", r"--group: model\.nhid is 24 for .* but 32 for .*; a group's runs share"),
