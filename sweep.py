@@ -211,8 +211,8 @@ def skipped_note(skipped: list, out: Path) -> str:
     runs = len(skipped) - finetunings
     what = " and ".join([f"{runs} planned run{'s' * (runs != 1)}"] * bool(runs) +
                         [f"{finetunings} finetuning{'s' * (finetunings != 1)}"] * bool(finetunings))
-    return (f"{what} skipped: finished and evaluated in {out} already; --out DIR trains "
-            f"{'them' if len(skipped) > 1 else 'it'} again in DIR")
+    return (f"{what} skipped: finished and evaluated in {out} already; another folder (--out DIR) "
+            f"trains {'them' if len(skipped) > 1 else 'it'} again there")
 
 
 def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:

@@ -82,6 +82,10 @@ def parse_member(text: str, index: int) -> argparse.Namespace:
         args.overrides = words[2:]
     else:
         args.config, args.overrides = words[0], words[1:]
+        if "=" in args.config and not args.config.endswith((".yaml", ".yml")):
+            # The shell split an unquoted member: its overrides arrived as members of their own.
+            raise GroupRefused(f"{where}: a key=value override, not a config file; each run is one quoted "
+                               f"argument: --group \"CONFIG KEY=VALUE ...\" \"CONFIG KEY=VALUE ...\"")
     flags = [w for w in args.overrides if w.startswith("-")]
     if flags:
         raise GroupRefused(f"{where}: {flags[0]}: a member takes a config and key=value overrides, "

@@ -479,6 +479,8 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
     ("same dir", r"--group: .* both train in .*; give each run its own run.dir"),
     ("finished", r"--group: .* has already finished training"),
     ("member", r"--group member 2 \('configs/ptb_mini/softmax.yaml --seed 3'\): --seed: a member takes"),
+    ("unquoted", r"--group member 2 \('train.seed=3'\): a key=value override, not a config file; each run "
+                 r"is one quoted argument"),
 ])
 def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_run, tmp_path, capsys):
     a = member("softmax", 1, tmp_path / "a", *tiny)
@@ -487,6 +489,8 @@ def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_ru
               "finished": [["--resume", str(tiny_run)]]}
     if case == "member":
         arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --seed 3"]
+    elif case == "unquoted":
+        arguments = ["--group", shlex.join(a), "train.seed=3"]
     else:
         arguments = group(a, *others[case])
     before = sorted(tiny_run.iterdir())

@@ -222,15 +222,15 @@ def test_a_plan_whose_runs_are_in_its_folder_says_what_it_skipped_and_how_to_tra
     commands: list = []
     monkeypatch.setattr(launch_runs, "run_command", lambda command, *rest, **options: commands.append(command))
     note = ("16 planned runs and 2 finetunings skipped: finished and evaluated in results/cpu_ptb "
-            "already; --out DIR trains them again in DIR")
+            "already; another folder (--out DIR) trains them again there")
     assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--jobs", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == ["sweep: 18 skipped", note]
     assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [f"# {note}", "# 16 runs planned"]
     assert sweep.main(["sweeps/cpu_seven_heads.yaml", "--train-only", "--limit", "1"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == ("7 planned runs skipped: finished and evaluated "
-                                                        "in results/cpu_ptb already; --out DIR trains "
-                                                        "them again in DIR")
+                                                        "in results/cpu_ptb already; another folder "
+                                                        "(--out DIR) trains them again there")
     assert commands == []
 
 
