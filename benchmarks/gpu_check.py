@@ -285,7 +285,7 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
             losses.sum().backward()
         finally:
             grouped_lstm.PRODUCT = chosen
-        way = {"batched": ", batched products", "per_member": ", one product per member",
+        way = {"batched": "", "per_member": ", one product per member",
                "gate_split": ", backward split by gate"}[product]
         for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads), other_grads in zip(members, losses, solo, other):
             loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)

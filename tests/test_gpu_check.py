@@ -49,7 +49,8 @@ def test_one_section_alone(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[ok] group mos: " in proc.stdout and "== LSTM: device against the CPU" not in proc.stdout
     assert "[ok] group mos, one product per member: " in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "6 of 6 checks passed"
+    assert "[ok] group mos, backward split by gate: " in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "9 of 9 checks passed"
 
 
 def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatch, capsys):
@@ -70,5 +71,6 @@ def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatc
     report = gpu_check.Report()
     gpu_check.group_agreement(report, torch.device("cpu"), fast=True)
     assert [(c.name, c.ok) for c in report.checks] == [
-        (f"group {head}{way}", head != "mos") for way in ("", ", one product per member")
+        (f"group {head}{way}", head != "mos")
+        for way in ("", ", one product per member", ", backward split by gate")
         for head in ("softmax", "mos", "mixtape")]
