@@ -53,28 +53,28 @@ status=0
 timeout $(left 60) "$PYTHON" -m benchmarks.gpu_check --only group lstm "${device[@]}" "${check[@]}" > "$OUT/gpu_check.txt" 2>&1 || status=1
 timeout $(left 100) "$PYTHON" benchmarks/bench_group.py "${device[@]}" "${shapes[@]}" "${groups[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/bench_group.txt" 2>&1 || status=1
-# PTB's products and layers (where the 2x at G = 4 is missed; the miniature's products were measured
-# on 2026-11-27).
+# What the next measurement needs first: PTB's products split several ways (the 2x at G = 4 is
+# missed there) and where the default's PTB step of 4 goes, then the miniature's step of 16.
 if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); layers=("${products[@]}")
 else products=(--shapes ptb --steps 5); layers=(--shapes ptb --steps 5); fi
 timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
+[ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
+  "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
+timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
+  >> "$OUT/profile.txt" 2>&1 || status=1
+# Measured on 2026-11-27, repeated: PTB's layer three ways, and PTB's whole step with the other
+# ways of the products than the default's choice by shape (every layer batched, then one product
+# per member; each appended to the table).
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
-# The other ways of the time loops' products than the default's choice by shape (gate_split at
-# PTB's shapes, batched at the miniature's): PTB's whole step with every layer batched, then with
-# one product per member (each appended to the table).
 if [ "${FAST:-0}" = 1 ]; then other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
 else other_way=(--shapes ptb); fi
 for way in batched per_member; do
   timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
     >> "$OUT/bench_group.txt" 2>&1 || status=1
 done
-[ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
-  "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
-timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
-  >> "$OUT/profile.txt" 2>&1 || status=1
-# The parts measured before (2026-11-27) last: a short BUDGET cuts these first.
+# The parts measured in the first sessions last: a short BUDGET cuts these first.
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml "${device[@]}" "${steps[@]}" \
   "${tiny[@]}" > "$OUT/plan_steps.txt" 2>&1 || status=1
 member() { echo "configs/ptb_mini/softmax.yaml train.seed=$1 train.epochs=$epochs run.dir=$runs/$2-seed$1 run.tensorboard=false run.log_interval=100 ${tiny[*]} ${extra[*]}"; }
