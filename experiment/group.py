@@ -133,11 +133,13 @@ def resolve_members(members: list[str]) -> tuple[list, list]:
     as a group; nothing is written."""
     from .loading import select_device
     parsed = [parse_member(text, i) for i, text in enumerate(members)]
-    try:
-        resolved = [resolve_run(args) for args in parsed]
-        devices = [select_device(config.run.device) for config, _, _ in resolved]
-    except SETUP_ERRORS as e:
-        raise GroupRefused(str(e)) from None
+    resolved, devices = [], []
+    for index, (args, text) in enumerate(zip(parsed, members)):
+        try:                          # a bad key or value: which member has it
+            resolved.append(resolve_run(args))
+            devices.append(select_device(resolved[-1][0].run.device))
+        except SETUP_ERRORS as e:
+            raise GroupRefused(f"--group member {index + 1} ({text!r}): {e}") from None
     check_group(members, resolved, devices)
     return parsed, resolved
 

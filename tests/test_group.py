@@ -481,6 +481,7 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
     ("member", r"--group member 2 \('configs/ptb_mini/softmax.yaml --seed 3'\): --seed: a member takes"),
     ("unquoted", r"--group member 2 \('train.seed=3'\): a key=value override, not a config file; each run "
                  r"is one quoted argument"),
+    ("typo", r"--group member 2 \('.*model.emsze=16'\): override 'model.emsze=16': unknown key model.emsze"),
 ])
 def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_run, tmp_path, capsys):
     a = member("softmax", 1, tmp_path / "a", *tiny)
@@ -491,6 +492,8 @@ def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_ru
         arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --seed 3"]
     elif case == "unquoted":
         arguments = ["--group", shlex.join(a), "train.seed=3"]
+    elif case == "typo":
+        arguments = group(a, member("softmax", 2, tmp_path / "b", *tiny, "model.emsze=16"))
     else:
         arguments = group(a, *others[case])
     before = sorted(tiny_run.iterdir())
