@@ -13,13 +13,12 @@
 #   train_group8.txt   train.py --group: 8 miniature Softmax seeds, 2 epochs
 #   train_solo.txt     train.py: seeds 1 and 2 of them alone, 2 epochs, on the same GPU
 #   runs.tar.gz        those runs' metrics.jsonl, run.json, config.yaml, group_exit.json (no checkpoints)
-#   profile.txt        bench_group.py --products: the time loop's product several ways per G (is
-#                      PTB's G = 2 the batched product's layout, or cuBLAS's kernel for a few
-#                      members?); --layers: an LSTM layer forward and backward per G, the group's
-#                      loop against each member's cuDNN LSTM one after another and on a CUDA stream
-#                      each (would streams of cuDNN beat the batched loop at PTB's shapes?);
-#                      --profile 4 --shapes ptb: where a PTB-shape group step's time
-#                      goes (torch.profiler); then --profile 16, the same for the miniature
+#   profile.txt        bench_group.py --products --shapes ptb: the time loop's product several
+#                      ways per G (which way cuBLAS runs fastest for a few members at PTB's
+#                      shapes); --profile 4 --shapes ptb: where a PTB-shape group step's time goes
+#                      (torch.profiler); --profile 16, the same for the miniature; then --layers:
+#                      an LSTM layer forward and backward per G, the group's loop against each
+#                      member's cuDNN LSTM one after another and on a CUDA stream each
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
 # FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value

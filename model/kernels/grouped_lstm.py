@@ -57,12 +57,13 @@ PRODUCT_WAYS = ("batched", "per_member", "gate_split")
 GATES = 4
 
 # The default, "by_shape": gate_split for layers of GATE_SPLIT_FROM hidden units or more, batched
-# below, as measured on an H200 (docs/gpus.md): at PTB's shapes (layers of 1150 and 400) the
-# batched backward product took 4.7 times as long at G = 2 as at G = 1, and gate_split raised a
-# group of 4 from 1.26x to 1.61x the solo run's tokens/s; at the miniature's (256 and 32) the
-# batched product was the faster (1.7-2.1 against 2.9-4.0 ms a loop). Chosen by shape, never by
-# timing at run time, so that a run resumed or repeated sums in the same order. Sizes between 256
-# and 400 are not measured.
+# below, as measured on an H200 (docs/gpus.md): at a 1150-unit layer the batched backward product
+# took 4.7 times as long at G = 2 as at G = 1, and gate_split raised PTB's whole step (layers of
+# 1150 and 400) at G = 4 from 1.26x to 1.61x the solo run's tokens/s; at the miniature's 256-unit
+# layer the batched product was the faster (1.7-2.1 against 2.9-4.0 ms a loop). The 400- and
+# 32-unit layers were not timed alone (their ways follow the whole steps), nor sizes between 256
+# and 400. Chosen by shape, never by timing at run time, so that a run resumed or repeated sums in
+# the same order.
 PRODUCT = "by_shape"
 GATE_SPLIT_FROM = 400
 
@@ -138,7 +139,8 @@ def _cell_backward(gates, c, tanh_c, d_out, d_h, d_c, keep):
 
 # On a GPU each of these is one fused kernel instead of a dozen (torch.compile; eager elsewhere),
 # the members that have ended included: a step of the time loop is then two kernels each way
-# (the product with W_hh, the cell). Every argument is (G, B, .) or keep's (G, 1, 1), contiguous
+# (the product with W_hh, the cell) with one batched product; gate_split's backward adds the copy
+# into parts and their sum. Every argument is (G, B, .) or keep's (G, 1, 1), contiguous
 # (the saved per-step tensors are stored time first), and G is a symbol of the kernel: one
 # compilation serves every group size and sequence length.
 CELL = FusedKernel(_cell, varying={k: (0,) for k in range(4)})
