@@ -199,7 +199,14 @@ def test_the_quoted_product_way_figures_are_the_committed_output():
     assert (GROUPS / "product_ways" / "gpu_check.txt").read_text().strip().endswith("7 of 7 checks passed")
     for call in ("gate_split", "by_shape"):
         assert (GROUPS / call / "gpu_check.txt").read_text().strip().endswith("9 of 9 checks passed"), call
-    assert "passed 7 of 7 (first call) and `--only group` 9 of 9 (second and third" in gpus
+    assert ("passed 7 of 7 (first call: the batched and per-member ways) and `--only group` 9 of 9 (second "
+            "and third, with the gate split)") in gpus
+    overall = sorted(float(x) for call in ("gate_split", "by_shape") for x in re.findall(
+        r"gradients ([\d.e+-]+) relative", (GROUPS / call / "gpu_check.txt").read_text()))
+    worst = max(float(x) for call in ("gate_split", "by_shape") for x in re.findall(
+        r"per parameter at most ([\d.e+-]+)", (GROUPS / call / "gpu_check.txt").read_text()))
+    assert f"within {overall[0]:.1e} to {overall[-1]:.1e} of the solo step's" in gpus, overall
+    assert f"`head.prior.weight` {worst:.1e}" in gpus, worst
     assert "after step 608" in (GROUPS / "product_ways" / "train_group8.txt").read_text()
     # The 2x at G = 4 arithmetic: 4 x 1,400 tokens at twice the solo run, against the default's step.
     default_g4 = int(re.search(r"^\| 4 \| ([\d,]+) \|.*\| ([\d,]+) \|$", (GROUPS / "by_shape" / "bench_group.txt").read_text()
