@@ -120,10 +120,13 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     per_epoch = lambda c: ("-" if c.cpu_s_per_epoch is None or c.cpu_lower_bound   # noqa: E731
                            else f"{c.cpu_s_per_epoch:.1f}")
     marked = lambda c: "*" if c.estimated else ""       # noqa: E731
+    # A killed sitting without its line: at least one sitting more than the lines count.
+    missing = lambda c: int(not c.every_sitting and not c.estimated)   # noqa: E731
+    sittings = lambda n, more: f"≥ {n + more}" if more else str(n)   # noqa: E731
     header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Epochs", "Train CPU s/epoch",
               "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h", "Processor"]
     lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed),
-              "finetuning" if c.finetune else "training", str(c.sittings), str(c.epochs),
+              "finetuning" if c.finetune else "training", sittings(c.sittings, missing(c)), str(c.epochs),
               per_epoch(c) + marked(c), hours(c.train_cpu_s, c.cpu_lower_bound) + marked(c),
               hours(c.other_cpu_s), hours(c.cpu_s, c.cpu_lower_bound) + marked(c),
               hours(c.wall_s, not c.every_sitting) + marked(c), ", ".join(c.processors)]
@@ -131,7 +134,7 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     total = sum(c.cpu_s for c in costs)
     cpu_at_least = any(c.cpu_lower_bound for c in costs)
     any_marked = "*" if any(c.estimated for c in costs) else ""
-    lines.append(["**all**", "", "", "", "", str(sum(c.sittings for c in costs)),
+    lines.append(["**all**", "", "", "", "", sittings(sum(c.sittings for c in costs), sum(map(missing, costs))),
                   str(sum(c.epochs for c in costs)), "",
                   hours(sum(c.train_cpu_s for c in costs), cpu_at_least) + any_marked,
                   hours(sum(c.other_cpu_s for c in costs)), f"**{hours(total, cpu_at_least)}**{any_marked}",
@@ -149,7 +152,7 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     if not all(c.every_sitting for c in costs):
         markdown += ("\n≥: a sitting of train.py ended without its line in cpu_times.jsonl (killed): "
                      "its wall time is missing, and so is its CPU time where its epochs have no "
-                     "cpu_seconds.\n")
+                     "cpu_seconds; the sittings count it as one (it may have been more).\n")
     for c in costs:
         for how in c.estimated:
             markdown += f"\n*: `{c.run}`, a sitting estimated: {how}\n"

@@ -112,7 +112,7 @@ def test_a_killed_sitting_keeps_its_epochs_cost_and_its_wall_time_is_a_lower_bou
     make_run(runs, "a", "softmax", [("train.py", 205, 210, NEW)], epoch_records=epochs)
     rows, text = cost_rows(runs, tmp_path, capsys)
     assert float(rows["a"]["train_cpu_s"]) == 400.0 and rows["a"]["record"] == "wall lower bound"
-    assert "| 4 | 100.0 | 0.11 | 0.00 | 0.11 | ≥ 0.06 |" in text
+    assert "| training | ≥ 2 | 4 | 100.0 | 0.11 | 0.00 | 0.11 | ≥ 0.06 |" in text     # its line's and the killed one
     assert "a sitting of train.py ended without its line" in text and "at least" not in text
 
 
@@ -123,7 +123,7 @@ def test_a_killed_sitting_of_a_run_without_cpu_seconds_makes_its_cpu_time_a_lowe
     make_run(runs, "ok", "softmax", [("train.py", 3600, 3700)], epoch_records=[{"seconds": 1000.0}] * 3)
     rows, text = cost_rows(runs, tmp_path, capsys)
     assert rows["old"]["record"] == "cpu lower bound" and rows["ok"]["record"] == "complete"
-    assert "| `old` | MoS | 32 | 1 | training | 1 | 3 | - | ≥ 0.03 | 0.00 | ≥ 0.03 | ≥ 0.03 |" in text
+    assert "| `old` | MoS | 32 | 1 | training | ≥ 2 | 3 | - | ≥ 0.03 | 0.00 | ≥ 0.03 | ≥ 0.03 |" in text
     assert "| `ok` | Softmax | 32 | 1 | training | 1 | 3 | 1200.0 | 1.00 |" in text
     assert "at least 1.03 CPU-hours in all" in text and "**≥ 1.03**" in text
 
