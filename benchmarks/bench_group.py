@@ -31,14 +31,11 @@ each G, several ways: batched (the recurrence's way below 400 hidden units), wei
 product transposed: 4H or H rows a member instead of B), one product per member (the
 recurrence's per_member), and the inner dimension split into 2, 4 and 8 parts, G x parts batched
 products summed (the backward's split into 4 is the recurrence's gate_split, its way from 400
-hidden units up; "-" where the parts do not divide it), and model/kernels/skinny_product.py's
-Triton kernel with a few tiles (BLOCK_N columns x BLOCK_K of the inner dimension a slice; the
-inner dimension split as its split_for says; the recurrence's "triton" way takes the first tile;
-"-" where Triton cannot run). Which way runs fastest for a few members at each shape (PTB's
-G = 2, batched, was slower than G = 1 on an H200).
+hidden units up; "-" where the parts do not divide it). Which way the library runs fastest for a
+few members at each shape (PTB's G = 2, batched, was slower than G = 1 on an H200).
 
 --product WAY: the grouped LSTM's time loops computed one way for every layer (batched,
-per_member, gate_split or triton) instead of the default's choice by each layer's size (by_shape;
+per_member or gate_split) instead of the default's choice by each layer's size (by_shape;
 model/kernels/grouped_lstm.py, PRODUCT), for every table of this run: the whole step's tokens/s
 with it.
 
@@ -77,18 +74,11 @@ from experiment.loading import select_device  # noqa: E402
 from model.kernels import grouped_lstm  # noqa: E402
 from model.kernels.grouped_lstm import (PRODUCT_WAYS, grouped_lstm_recurrence, product_with,  # noqa: E402
                                         split_inner)
-from model.kernels import skinny_product  # noqa: E402
-from model.kernels.skinny_product import skinny_addmm  # noqa: E402
 
 SHAPES = {"mini": ("configs/ptb_mini/softmax.yaml", (1, 2, 4, 8, 16, 32)),
           "ptb": ("configs/ptb/softmax.yaml", (1, 2, 4, 8))}
 PTB_VOCABULARY = 10_000
 SPLITS = (2, 4, 8)            # --products: the inner dimension split into this many parts
-# --products: skinny_product.py's kernel with these tiles (columns x inner depth of one program's
-# slice) and splits of the inner dimension (None: its split_for's; the recurrence's "triton" way
-# takes the first), where it can run ("-" elsewhere)
-TRITON_TILES = ((skinny_product.BLOCK_N, skinny_product.BLOCK_K, None), (skinny_product.BLOCK_N, skinny_product.BLOCK_K, 1),
-                (32, 32, None), (128, 32, None), (64, 64, None))
 STEPS_OF_STREAM = 64          # the random training stream holds this many steps of the batch
 
 
@@ -273,10 +263,8 @@ def products_table(args, device: torch.device) -> None:
             print(f"\n{shape} ({config_path}), the {name} loop's product: (G, {rows}, {inner}) by "
                   f"(G, {inner}, {outer}), {steps} products a loop; ms a loop, median of {args.steps}")
             print("| G | as computed (batched) | weights first (transposed) | one product per member | "
-                  + " | ".join(f"inner split in {parts}" for parts in SPLITS) + " | "
-                  + " | ".join(f"Triton, tile {n} x {k}, split {'by shape' if split is None else split}"
-                               for n, k, split in TRITON_TILES) + " |")
-            print("|---|---|---|---|" + "---|" * (len(SPLITS) + len(TRITON_TILES)))
+                  + " | ".join(f"inner split in {parts}" for parts in SPLITS) + " |")
+            print("|---|---|---|---|" + "---|" * len(SPLITS))
             for g in groups:
                 bias, a = torch.randn(g, rows, outer, device=device), torch.randn(g, rows, inner, device=device)
                 weights = torch.randn(g, 4 * hidden, hidden, device=device)   # W_hh as the loops hold it
@@ -289,10 +277,6 @@ def products_table(args, device: torch.device) -> None:
                 timed = [partial(repeat_call, way, steps) for way in ways]
                 # (powers of 2, ascending: a count that does not divide K is followed by none that does)
                 timed += ["-"] * sum(inner % parts != 0 for parts in SPLITS)
-                for block_n, block_k, split in TRITON_TILES:
-                    timed.append(partial(repeat_call, partial(skinny_addmm, bias, a, weights, split, block_n=block_n,
-                                                              block_k=block_k), steps)
-                                 if skinny_product.usable(device) else "-")
                 cells = median_ms(timed, args, device)
                 print(f"| {g} | {' | '.join(cells)} |", flush=True)
 

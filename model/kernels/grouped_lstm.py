@@ -51,11 +51,9 @@ WARMUP_CALLS = 2       # eager calls before a capture (compiles the cells, settl
 # step; "gate_split", the backward's product (the gates' gradient by W_hh, inner dimension 4H) as
 # 4G batched products of inner dimension H, one per member and gate, summed over the gates (the
 # inner dimension split by hand, for every member at once; the forward's product, inner dimension
-# H, stays batched); "triton", both products by skinny_product.py's kernel, written for a few
-# rows (B) by large weights (a GPU, or Triton's interpreter). The same function every way;
-# gate_split and triton sum in other orders (float rounding apart). `benchmarks/bench_group.py
-# --product WAY` times a way.
-PRODUCT_WAYS = ("batched", "per_member", "gate_split", "triton")
+# H, stays batched). The same function every way; gate_split sums in another order (float
+# rounding apart). `benchmarks/bench_group.py --product WAY` times a way.
+PRODUCT_WAYS = ("batched", "per_member", "gate_split")
 GATES = 4
 
 # The default, "by_shape": gate_split for layers of GATE_SPLIT_FROM hidden units or more, batched
@@ -83,9 +81,6 @@ def product_with(weights: torch.Tensor, way: str) -> Callable:
         return lambda bias, a: torch.baddbmm(bias, a, weights)
     if way == "gate_split":
         return split_inner(weights, GATES)
-    if way == "triton":
-        from .skinny_product import skinny_addmm
-        return lambda bias, a: skinny_addmm(bias, a, weights)
     members = weights.unbind(0)
 
     def per_member(bias, a):
