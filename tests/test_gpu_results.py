@@ -292,3 +292,29 @@ def test_the_quoted_split_and_triton_figures_are_the_committed_output():
     assert (f"first epoch took {first_epoch:.1f} s for its 8 runs ({first_epoch / 8:.2f} s a run) against "
             f"{solo['seconds']:.2f} s for the solo run") in gpus
     assert "stopped: SIGTERM after step 1360" in (GROUPS / "splits" / "train_solo.txt").read_text()
+
+
+def test_the_quoted_complete_two_epochs_are_the_committed_runs():
+    gpus = " ".join(section((REPO / "docs" / "gpus.md").read_text(encoding="utf-8"),
+                            "### Splitting the products further").split())
+    runs = archived_epochs(GROUPS / "epochs_by_shape" / "runs.tar.gz")
+    group = [runs[f"group-seed{s}"] for s in range(1, 9)]
+    solo = [runs[f"solo-seed{s}"] for s in (1, 2)]
+    totals = [sum(run[e]["seconds"] for run in group) for e in (0, 1)]
+    assert (f"group's epochs took {totals[0]:.1f} and {totals[1]:.1f} s for its 8 runs ({totals[0] / 8:.2f} and "
+            f"{totals[1] / 8:.2f} s a run) against the solo runs' {solo[0][0]['seconds']:.2f} and "
+            f"{solo[1][0]['seconds']:.2f} s, then {solo[0][1]['seconds']:.2f} and {solo[1][1]['seconds']:.2f} s") in gpus
+    per_run = [sum(r[e]["seconds"] for r in solo) / 2 / (totals[e] / 8) for e in (0, 1)]
+    assert f"{per_run[0]:.1f} and {per_run[1]:.1f} times less time per run" in gpus
+    for seed in (0, 1):
+        for e in (0, 1):
+            assert f"{group[seed][e]['val_ppl']:.2f}" == f"{solo[seed][e]['val_ppl']:.2f}"
+    assert (f"({group[0][0]['val_ppl']:.2f} and {group[0][1]['val_ppl']:.2f}, {group[1][0]['val_ppl']:.2f} and "
+            f"{group[1][1]['val_ppl']:.2f})") in gpus
+    second = sorted((run[1]["seconds"], k + 1) for k, run in enumerate(group))
+    assert second[-1][1] == 7
+    assert (f"(seed 7, the last to finish: {second[-1][0]:.2f} s against {second[0][0]:.2f} to "
+            f"{second[-2][0]:.2f} s for the others)") in gpus
+    steps = [run[-1]["step"] for run in group]
+    assert max(steps) == group[6][-1]["step"] and f"{max(steps) - min(steps)} steps apart" in gpus
+    assert "19.3 ms/step" in (GROUPS / "epochs_by_shape" / "train_group8.txt").read_text()
