@@ -31,11 +31,12 @@ each G, several ways: batched (the recurrence's way below 400 hidden units), wei
 product transposed: 4H or H rows a member instead of B), one product per member (the
 recurrence's per_member), and the inner dimension split into 2, 4 and 8 parts, G x parts batched
 products summed (the backward's split into 4 is the recurrence's gate_split, its way from 400
-hidden units up; "-" where the parts do not divide it). Which way the library runs fastest for a
+hidden units up; "-" where the parts do not divide it), and one product per member each on its
+own CUDA stream (the recurrence's streams; "-" off CUDA). Which way the library runs fastest for a
 few members at each shape (PTB's G = 2, batched, was slower than G = 1 on an H200).
 
 --product WAY: the grouped LSTM's time loops computed one way for every layer (batched,
-per_member or gate_split) instead of the default's choice by each layer's size (by_shape;
+per_member, gate_split or streams) instead of the default's choice by each layer's size (by_shape;
 model/kernels/grouped_lstm.py, PRODUCT), for every table of this run: the whole step's tokens/s
 with it.
 
@@ -263,8 +264,8 @@ def products_table(args, device: torch.device) -> None:
             print(f"\n{shape} ({config_path}), the {name} loop's product: (G, {rows}, {inner}) by "
                   f"(G, {inner}, {outer}), {steps} products a loop; ms a loop, median of {args.steps}")
             print("| G | as computed (batched) | weights first (transposed) | one product per member | "
-                  + " | ".join(f"inner split in {parts}" for parts in SPLITS) + " |")
-            print("|---|---|---|---|" + "---|" * len(SPLITS))
+                  + " | ".join(f"inner split in {parts}" for parts in SPLITS) + " | one per member, a stream each |")
+            print("|---|---|---|---|" + "---|" * (len(SPLITS) + 1))
             for g in groups:
                 bias, a = torch.randn(g, rows, outer, device=device), torch.randn(g, rows, inner, device=device)
                 weights = torch.randn(g, 4 * hidden, hidden, device=device)   # W_hh as the loops hold it
@@ -277,6 +278,8 @@ def products_table(args, device: torch.device) -> None:
                 timed = [partial(repeat_call, way, steps) for way in ways]
                 # (powers of 2, ascending: a count that does not divide K is followed by none that does)
                 timed += ["-"] * sum(inner % parts != 0 for parts in SPLITS)
+                timed.append(partial(repeat_call, partial(product_with(weights, "streams"), bias, a), steps)
+                             if device.type == "cuda" else "-")
                 cells = median_ms(timed, args, device)
                 print(f"| {g} | {' | '.join(cells)} |", flush=True)
 

@@ -229,7 +229,7 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
     experiment/group.py's heads and losses) against each member's solo step, from the same weights
     and masks: Softmax (its batched head), MoS and Mixtape of the miniature, of three lengths (the
     group pads and stops each at its own), their losses and gradients; the group's step with each
-    way of the LSTM's products (one batched product, one per member).
+    way of the LSTM's products (grouped_lstm.PRODUCT_WAYS; "streams" on CUDA only).
 
     Float32 rounding differs per parameter (MoS's gradients are worse conditioned than Softmax's),
     so its scale is measured: the solo step is also computed with the device's other LSTM kernel
@@ -272,7 +272,9 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
     # Each way of the time loops' products (model/kernels/grouped_lstm.py's PRODUCT) from the same
     # draws, each member's stream where the draws left it (MoS's and Mixtape's heads draw from it).
     after_draws = [member[2].state() for member in members]
-    for product in grouped_lstm.PRODUCT_WAYS:
+    # ("streams" is per_member off CUDA: the same rows again)
+    ways = [way for way in grouped_lstm.PRODUCT_WAYS if way != "streams" or device.type == "cuda"]
+    for product in ways:
         for member, state in zip(members, after_draws):
             member[1].zero_grad(set_to_none=True)
             member[2].restore(state["torch"], state["cuda"])
@@ -286,7 +288,7 @@ def group_agreement(report: Report, device: torch.device, fast: bool) -> None:
         finally:
             grouped_lstm.PRODUCT = chosen
         way = {"batched": "", "per_member": ", one product per member",
-               "gate_split": ", backward split by gate"}[product]
+               "gate_split": ", backward split by gate", "streams": ", one product per member on its own stream"}[product]
         for (name, model, _, inputs, *_), loss, (solo_loss, solo_grads), other_grads in zip(members, losses, solo, other):
             loss_difference = abs(loss.item() - solo_loss) / abs(solo_loss)
             names = [n for n, _ in model.named_parameters()]

@@ -6,7 +6,7 @@
 #   gpu_check.txt      python -m benchmarks.gpu_check --only group lstm: one batched group step
 #                      against the solo steps from the same weights and masks (1e-5 relative)
 #   bench_group.txt    benchmarks/bench_group.py: tokens/s at G = 1 ... 32 (miniature), 1 ... 8 (PTB);
-#                      then PTB's rows again with --product batched and --product per_member
+#                      then PTB's rows again with --product streams, batched and per_member
 #                      (the time loops' products other ways than the default's choice by shape)
 #   plan_steps.txt     bench_group.py --plan sweeps/cpu_converged_heads.yaml: each run's solo step
 #                      against one step of the whole plan as a group
@@ -64,13 +64,17 @@ timeout $(left 150) "$PYTHON" train.py --group "${members[@]}" > "$OUT/train_gro
 for seed in 1 2; do
   timeout $(left 60) "$PYTHON" train.py $(member $seed solo) >> "$OUT/train_solo.txt" 2>&1 || status=1
 done
-# Then the diagnostics of PTB's step (measured in three windows of 2026-11-27; a short BUDGET cuts
-# these first): PTB's products several ways, where the default's PTB step of 4 goes, the
-# miniature's step of 16.
+# Then the diagnostics of PTB's step (a short BUDGET cuts these first): PTB's products several
+# ways and PTB's whole step with one product per member on a stream each (new: the products of
+# the members at once), then what three windows of 2026-11-27 measured: where the default's PTB
+# step of 4 goes, the miniature's step of 16.
 if [ "${FAST:-0}" = 1 ]; then products=(--shapes mini --groups 1 2 --steps 1 --warmup 0); layers=("${products[@]}")
-else products=(--shapes ptb --steps 5); layers=(--shapes ptb --steps 5); fi
+  other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
+else products=(--shapes ptb --steps 5); layers=(--shapes ptb --steps 5); other_way=(--shapes ptb); fi
 timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --products "${products[@]}" "${device[@]}" \
   > "$OUT/profile.txt" 2>&1 || status=1
+timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --product streams "${other_way[@]}" "${device[@]}" \
+  >> "$OUT/bench_group.txt" 2>&1 || status=1
 [ "${FAST:-0}" = 1 ] || timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --profile 4 --shapes ptb --steps 5 \
   "${device[@]}" >> "$OUT/profile.txt" 2>&1 || status=1
 timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --steps 5 "${device[@]}" "${tiny[@]}" \
@@ -80,8 +84,6 @@ timeout $(left 45) "$PYTHON" benchmarks/bench_group.py --profile $profiled --ste
 # the table).
 timeout $(left 60) "$PYTHON" benchmarks/bench_group.py --layers "${layers[@]}" "${device[@]}" \
   >> "$OUT/profile.txt" 2>&1 || status=1
-if [ "${FAST:-0}" = 1 ]; then other_way=(--kind batched "${shapes[@]}" "${groups[@]}" "${steps[@]}" "${tiny[@]}")
-else other_way=(--shapes ptb); fi
 for way in batched per_member; do
   timeout $(left 40) "$PYTHON" benchmarks/bench_group.py --product $way "${other_way[@]}" "${device[@]}" \
     >> "$OUT/bench_group.txt" 2>&1 || status=1

@@ -101,7 +101,7 @@ def assert_same_run(a: Path, b: Path, tolerance: float) -> None:
 
 
 # ---------------------------------------------------------------------- the batched body
-@pytest.mark.parametrize("product", ["batched", "per_member", "gate_split"])
+@pytest.mark.parametrize("product", ["batched", "per_member", "gate_split", "streams"])  # streams: per_member off CUDA
 @pytest.mark.parametrize("lengths", [(7, 7, 7), (7, 4, 6)])
 def test_the_grouped_lstm_kernel_is_its_reference_maths(float64, lengths, product, monkeypatch):
     from model.kernels import grouped_lstm

@@ -123,15 +123,18 @@ def test_the_gpu_group_script_runs_end_to_end_on_the_cpu(small_data, tmp_path):
                      "runs.tar.gz", "train_group8.txt", "train_solo.txt"]      # 8: all the device tool brings back
     assert (out / "gpu_check.txt").read_text().strip().endswith("\n10 of 10 checks passed")  # group 3 x 3, lstm 1
     table = (out / "bench_group.txt").read_text()
-    assert "| 2 | " in table and table.count("| 2 | ") == 3       # the default, batched, per_member
-    assert all(f"products: {way}" in table for way in ("by_shape", "batched", "per_member"))
+    assert "| 2 | " in table and table.count("| 2 | ") == 4       # the default, streams, batched, per_member
+    assert [line.rsplit(": ", 1)[1] for line in table.splitlines() if "the grouped LSTM's products:" in line] == \
+        ["by_shape", "streams", "batched", "per_member"]
     assert "as one group:" in (out / "plan_steps.txt").read_text()
     profiled = (out / "profile.txt").read_text()
     assert "step of a group of 2" in profiled and "self_cpu_time_total" in profiled
     products = profiled[profiled.index("| G | as computed"):]
     assert [row.split(" | ")[0] for row in products.splitlines()[2:4]] == ["| 1", "| 2"]
     backward = profiled[profiled.index("the backward loop's product"):].splitlines()
-    assert all(len(row.split(" | ")) == 7 and " - " not in row for row in [*products.splitlines()[2:4], *backward[3:5]])
+    # batched, weights first, per member, the three splits, then streams ('-': CUDA only)
+    assert all(len(row.split(" | ")) == 8 and row.endswith(" | - |") and " - " not in row[:-4]
+               for row in [*products.splitlines()[2:4], *backward[3:5]])
     layers = profiled[profiled.index("| G | the group's recurrence"):].splitlines()
     assert [row.split(" | ")[0] for row in layers[2:4]] == ["| 1", "| 2"]
     assert all(row.endswith("| - (no CUDA) |") for row in layers[2:4])
