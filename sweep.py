@@ -189,7 +189,8 @@ def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> Non
             grouped = {run.dir for run, _ in training}
             for run, commands in pending:
                 skipped += [] if commands else [run.dir]
-                print(f"# [{stage}{run.index + 1}/{run.count}] {run.dir}: {describe(run, commands)}")
+                task = "" if stage else f", --task {run.index}"     # --task counts from 0
+                print(f"# [{stage}{run.index + 1}/{run.count}{task}] {run.dir}: {describe(run, commands)}")
                 for command in commands[1:] if run.dir in grouped else commands:
                     print(shlex.join(command))
     for line in waiting:
@@ -227,8 +228,10 @@ def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
         if not dry_run and report.main(arguments) != 0:
             failed.append(arguments[0])
     if failed:
-        print(f"error: {len(failed)} of the plan's reports failed ({', '.join(failed)}); "
-              f"the others were written", file=sys.stderr)
+        total = len(plan.report_commands(out))
+        rest = "the others were written" if len(failed) < total else "none was written"
+        print(f"error: {len(failed)} of the plan's {total} reports failed ({', '.join(failed)}); {rest}",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -40,6 +40,7 @@ number in a "[SB] ..." column beside each measured one; and it says which rows' 
 """
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections import Counter
@@ -78,12 +79,28 @@ class RunResult:
     missing: list[str] = field(default_factory=list)   # one note per missing number
     config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
     val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
-    device: str = "unrecorded"       # where it trained: run.json's device_name (older runs: device)
+    device: str = "unrecorded"       # where it trained: training_device()
 
     @property
     def setting(self) -> dict:
         """What seeds of one configuration share (pooling.compared)."""
         return compared(self.config)
+
+
+def training_device(run_dir: Path, info: dict) -> str:
+    """Where a run trained: run.json's device_name; for an older CPU run without one, the
+    processors its cpu_times.jsonl's train.py lines name (written since before run.json named
+    them), else run.json's bare device."""
+    if info.get("device_name"):
+        return info["device_name"]
+    device = info.get("device") or "unrecorded"
+    if device == "cpu" and (run_dir / "cpu_times.jsonl").is_file():
+        lines = [json.loads(line) for line in (run_dir / "cpu_times.jsonl").read_text().splitlines() if line.strip()]
+        processors = sorted({line["processor"] for line in lines
+                             if line.get("script") == "train.py" and line.get("processor")})
+        if processors:
+            return f"cpu ({' and '.join(processors)})"
+    return device
 
 
 def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
@@ -96,8 +113,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         raise AnalysisError(f"{run_dir}: neither run.json nor config.yaml names the dataset and head")
     result = RunResult(run_dir, dataset, head, tuple(config_value(config, key) for key in group_by),
                        info.get("seed", config_value(config, "train.seed")), info.get("params"),
-                       config=resolved(config),
-                       device=info.get("device_name") or info.get("device") or "unrecorded")
+                       config=resolved(config), device=training_device(run_dir, info))
     if result.params is None:
         result.missing.append("params (no run.json)")
 
@@ -567,7 +583,7 @@ def devices_markdown(cells: Sequence[tuple[str, Sequence[RunResult]]]) -> str:
     else each cell's count per device (a device without its model recorded said so)."""
     devices = {run.device for _, runs in cells for run in runs}
     if len(devices) == 1:
-        return f"Where the runs trained (run.json): every run on {devices.pop()}.\n"
+        return f"Where the runs trained (run.json, else cpu_times.jsonl): every run on {devices.pop()}.\n"
     # Older runs' run.json has the device ("cpu") without its model: beside runs of that device
     # with one ("cpu (AMD EPYC ...)"), say that it is unrecorded rather than a different device.
     named = {device.split(" (")[0] for device in devices if " (" in device}
@@ -577,7 +593,7 @@ def devices_markdown(cells: Sequence[tuple[str, Sequence[RunResult]]]) -> str:
     lines = [f"- {label}: " + ", ".join(f"{n} on {shown(device)}" for device, n in
                                         sorted(Counter(run.device for run in runs).items()))
              for label, runs in cells]
-    return "Where the runs trained (run.json), per row:\n\n" + "\n".join(lines) + "\n"
+    return "Where the runs trained (run.json, else cpu_times.jsonl), per row:\n\n" + "\n".join(lines) + "\n"
 
 
 def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[str] = (),

@@ -439,7 +439,7 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     capsys.readouterr()
     assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
     printed = capsys.readouterr().out
-    assert "# [finetune 1/1]" in printed and "# [1/3]" not in printed
+    assert "# [finetune 1/1]" in printed and "# [1/3" not in printed
     assert printed.strip().splitlines()[-1] == "# 1 finetuning run planned"
     assert sweep.main([*argv, "--finetune-only"]) == 0
     assert [Path(c[1]).name for c in calls] == ["evaluate.py"] and "--cache" in calls[0]
@@ -486,4 +486,10 @@ def test_a_failing_report_does_not_stop_the_others(tmp_path, capsys):
     assert (out / "report" / "first.md").is_file() and (out / "report" / "last.md").is_file()
     assert not (out / "report" / "methods.md").exists()
     err = capsys.readouterr().err
-    assert "error: 1 of the plan's reports failed (methods); the others were written" in err
+    assert "error: 1 of the plan's 3 reports failed (methods); the others were written" in err
+    # a plan with no finished run: every report fails, and the last line does not claim others
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert sweep.main([str(plan), "--report", "--out", str(empty)]) == 2
+    assert "error: 3 of the plan's 3 reports failed (table, methods, curves); none was written" in \
+        capsys.readouterr().err

@@ -402,7 +402,7 @@ def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, mo
     monkeypatch.chdir(script.split("\ncd ")[1].split("\n")[0])
     assert sweep.main(task[3:] + ["--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == f"# [5/6] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
+    assert printed[0] == f"# [5/6, --task 4] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
     assert len(printed) == 4      # its title, train.py, evaluate.py, the count
     assert printed[-1] == "# 1 of 6 planned runs"
 

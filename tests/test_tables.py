@@ -366,9 +366,11 @@ def test_spectra_draw_a_runs_log_p_and_f_l_curves_in_one_colour(tmp_path, monkey
 
 
 def test_the_report_says_where_each_rows_runs_trained(runs, tmp_path):
-    """run.json's device_name (older runs: device): one line when all share one, else per row."""
+    """run.json's device_name (older runs: device, or on a CPU the processors cpu_times.jsonl's
+    train.py lines name): one line when all share one, else per row."""
     assert report.main(["table", str(runs), "--out", str(tmp_path / "one")]) == 0
-    assert "Where the runs trained (run.json): every run on unrecorded." in (tmp_path / "one.md").read_text()
+    assert "Where the runs trained (run.json, else cpu_times.jsonl): every run on unrecorded." in \
+        (tmp_path / "one.md").read_text()
     for run_dir in sorted(runs.iterdir()):
         info = json.loads((run_dir / "run.json").read_text())
         gpu = run_dir.name in ("ptb-softmax-seed3", "ptb-ss-seed4")
@@ -383,3 +385,11 @@ def test_the_report_says_where_each_rows_runs_trained(runs, tmp_path):
     assert report.main(["table", str(runs), "--out", str(tmp_path / "named")]) == 0
     assert "- Softmax: 1 on cpu (model not recorded), 1 on cpu (EPYC), 1 on cuda:0 (NVIDIA H200)" in \
         (tmp_path / "named.md").read_text()
+    # an older CPU run without device_name whose cpu_times.jsonl names the processor of its training
+    # (two sittings, two machines; evaluate.py's line and a line without a processor do not count)
+    lines = [{"script": "train.py", "processor": "EPYC"}, {"script": "train.py", "processor": "Xeon"},
+             {"script": "train.py"}, {"script": "evaluate.py", "processor": "Other"}]
+    (runs / "ptb-softmax-seed2" / "cpu_times.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "timed")]) == 0
+    assert "- Softmax: 1 on cpu (EPYC and Xeon), 1 on cpu (EPYC), 1 on cuda:0 (NVIDIA H200)" in \
+        (tmp_path / "timed.md").read_text()
