@@ -74,8 +74,9 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
         mean, std = points[head, value][which]
         if math.isnan(mean):
             return "—"
-        if which == 1:
-            return f"{mean:,.0f}"
+        if which == 1:       # a rank is each run's own: a point of several runs says how many
+            n = len(cells[head, value].values("press_rank"))
+            return f"{mean:,.0f}" if n == 1 else f"{mean:,.0f} ± {std:,.0f} (n = {n})"
         n = len(cells[head, value].values("test_ppl"))
         return (f"{mean:.2f}" if n == 1 else f"{mean:.2f} ± {std:.2f}") + f" (n = {n})"
 
@@ -83,7 +84,8 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     table = [[head_label(h), *(cell(h, v, 0) for v in values), *(cell(h, v, 1) for v in values)] for h in heads]
     text = (f"# Test perplexity and Press rank against {key}\n\n" + markdown_table(header, table)
             + f"\nTest ppl: eval_best.json, at each run's stop, mean ± sample std over the point's n "
-              f"runs (n = 1: the one run's value); Press rank: rank_test.json. Figure: "
+              f"runs (n = 1: the one run's value); Press rank: rank_test.json, the same over the "
+              f"point's ranked runs (n shown where more than one). Figure: "
               f"{prefixed(out_prefix, '.png').name}\n")
     others = [h for h in heads if h != BASELINE]
     gains = {(h, v): test_difference(cells[h, v], cells[BASELINE, v])

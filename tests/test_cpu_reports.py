@@ -62,7 +62,7 @@ def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
     out = tmp_path / "versus"
     assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(out)]) == 0
     text = (tmp_path / "versus.md").read_text()
-    assert "| Softmax | 300.00 (n = 1) | 255.00 ± 7.07 (n = 2) | 18 | 34 |" in text
+    assert "| Softmax | 300.00 (n = 1) | 255.00 ± 7.07 (n = 2) | 18 | 34 ± 0 (n = 2) |" in text
     assert "| MoS | 280.00 (n = 1) |  | 9,000 |  |" in text
     # the change against Softmax at the same d: 280 / 300 - 1, one run each so no interval; none
     # where Softmax or MoS is missing
