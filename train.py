@@ -158,6 +158,7 @@ class Trainer:
         self.progress = TrainingProgress(asgd_start_epoch=1 if averaging_from_start else None)
         self.signals = StopSignals(world)    # the signal received, set by its handler
         self.stop_signal = None        # the signal that stops training, agreed by every rank
+        self.warned_diverging = False
         # Where its masks' random numbers come from: the process's generators, or in a group its
         # own (experiment/group.py). last.pt saves its state.
         self.random_stream = GlobalRandomStream(device)
@@ -276,11 +277,26 @@ class Trainer:
         mean_nll = self.display.update(p.step, p.position, nll)
         if mean_nll is not None:
             self.run_log.scalar("train/step_loss", mean_nll, p.step)
+            self.warn_if_diverging(mean_nll)
         # Not after the epoch's last step: end_epoch saves last.pt right after validating,
         # and a checkpoint at the step where the epoch's results are logged would leave
         # them in TensorBoard (purge_step = step + 1) if the run were killed in between.
         if run.checkpoint_every_steps and p.step % run.checkpoint_every_steps == 0 and not self.epoch_done:
             self.save_last()
+
+    def warn_if_diverging(self, mean_nll: float) -> None:
+        """Say once, on stderr, when a run's training loss is worse than a uniform guess over the
+        vocabulary by more than one nat: a finite loss there means training has diverged (a
+        learning rate too large for some parameters, a head's learned scalar say), which the
+        non-finite check stops only once something overflows."""
+        uniform = math.log(self.vocab["vocab_size"])
+        if mean_nll > uniform + 1 and not self.warned_diverging:
+            self.warned_diverging = True
+            print(f"warning: {self.label + ': ' if self.label else ''}training loss {mean_nll:.2f} at step "
+                  f"{self.progress.step} is above log(vocabulary size) + 1 = {uniform + 1:.2f}, worse than a "
+                  f"uniform guess: training has diverged (a learning rate too large for some parameters? a "
+                  f"head's own parameters can have their own, docs/heads.md); it goes on unless a value "
+                  f"becomes non-finite", file=sys.stderr, flush=True)
 
     def close_epoch(self) -> None:
         self.display.close()

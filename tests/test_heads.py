@@ -55,12 +55,18 @@ def test_registry_holds_the_heads_of_sb_in_table_order():
     assert list(HEADS)[:len(SB_HEADS)] == list(SB_HEADS)
 
 
-def test_every_head_has_its_own_label_and_a_config_per_dataset():
-    labels = [HEADS[name].label for name in HEADS]
-    assert len(set(labels)) == len(labels) and all(labels)
-    for name in HEADS:
-        for dataset in ("ptb", "wt2"):
-            assert f"name: {name}" in Path(f"configs/{dataset}/{name}.yaml").read_text()
+@pytest.mark.parametrize("name", list(HEADS))     # one test per head: `pytest -k NAME` selects its own
+def test_a_head_has_its_own_label_and_a_config_per_dataset(name):
+    """docs/heads.md's recipe: a label of its own, and configs/{ptb,wt2,ptb_mini}/NAME.yaml (the
+    miniature's is what a CPU trains) naming the head."""
+    label = HEADS[name].label
+    assert label, f"{name}: its head class has no label"
+    same = [other for other in HEADS if other != name and HEADS[other].label == label]
+    assert not same, f"{name}: its label {label!r} is also the label of {', '.join(same)}"
+    for dataset in ("ptb", "wt2", "ptb_mini"):
+        path = Path(f"configs/{dataset}/{name}.yaml")
+        assert path.is_file(), f"{name}: no {path} (docs/heads.md, Adding a head)"
+        assert f"name: {name}" in path.read_text(), f"{path} does not name the head {name}"
 
 
 @pytest.mark.parametrize("name", SB_HEADS)

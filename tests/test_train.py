@@ -668,3 +668,23 @@ def test_impossible_plateau_gain_is_one_line(value, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert "plateau_gain" in err and "fraction in (0, 1)" in err and len(err.splitlines()) == 1
+
+
+def test_a_loss_worse_than_a_uniform_guess_is_warned_once(ptb_slice, tmp_path, capsys):
+    """A finite training loss above log(V) + 1 (a learned scalar blowing up at lr 20, say) is
+    divergence the non-finite check does not see: one warning on stderr, training goes on."""
+    import math
+    from types import SimpleNamespace
+    trainer = make_trainer(ptb_slice, tmp_path)
+    uniform = math.log(trainer.vocab["vocab_size"])
+    losses = iter([uniform + 0.5, None, uniform + 1.5, uniform + 3.0])
+    trainer.display = SimpleNamespace(update=lambda step, position, nll: next(losses))
+    trainer.run_log = SimpleNamespace(scalar=lambda *args: None)
+    trainer.after_step(0.0)
+    trainer.after_step(0.0)
+    assert capsys.readouterr().err == ""                    # at the uniform level: a fresh model
+    trainer.after_step(0.0)
+    trainer.after_step(0.0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: training loss {uniform + 1.5:.2f} at step ")
+    assert f"above log(vocabulary size) + 1 = {uniform + 1:.2f}" in err[0]
