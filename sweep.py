@@ -119,6 +119,14 @@ def parse_args(argv=None):
         parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
     if args.mode != "gpus" and (args.gpus or args.runs_per_gpu != 1):
         parser.error("--gpus and --runs-per-gpu belong to --mode gpus")
+    if args.runs_per_gpu < 1:
+        parser.error(f"--runs-per-gpu: expected an integer >= 1, got {args.runs_per_gpu}")
+    if args.gpus is not None:
+        ids = args.gpus.split(",")
+        # An index, or a UUID as nvidia-smi -L prints it (GPU-..., MIG-...): what CUDA_VISIBLE_DEVICES takes
+        if not all(i.isdigit() or i.startswith(("GPU-", "MIG-")) for i in ids) or len(set(ids)) != len(ids):
+            parser.error(f"--gpus: expected GPU indices or GPU-/MIG- UUIDs, comma-separated, each once "
+                         f"(e.g. 0,1,2,3), got {args.gpus!r}")
     if args.jobs != 1 and args.mode != "local":
         parser.error("--jobs belongs to --mode local (on GPUs: --runs-per-gpu)")
     if args.jobs < 1:
@@ -127,8 +135,11 @@ def parse_args(argv=None):
         parser.error(f"--nproc: expected an integer >= 1, got {args.nproc}")
     if args.group < 1:
         parser.error(f"--group: expected an integer >= 1, got {args.group}")
-    if args.group > 1 and (args.nproc > 1 or args.task is not None or args.mode == "slurm"):
-        parser.error("--group trains several runs in one process: not with --nproc, --task or --mode slurm")
+    if args.group > 1:
+        clash = ("--nproc" if args.nproc > 1 else "--task" if args.task is not None
+                 else "--mode slurm" if args.mode == "slurm" else None)
+        if clash:
+            parser.error(f"--group trains several runs in one process: not with {clash}")
     if args.nproc != 1 and (args.mode != "local" or args.jobs != 1):
         parser.error("--nproc belongs to --mode local with one run at a time (--jobs 1)")
     if args.task is not None and args.mode != "local":
@@ -240,6 +251,10 @@ def write_slurm(args, runs) -> int:
     out = out_folder(args)
     script = slurm_script(runs, inner_sweep_command(args), out, f"sweep-{Path(args.config).stem}",
                           args.sbatch, args.array_limit)
+    if not any("gpu" in option.lower() for option in args.sbatch) and \
+            any(run.config.run.device != "cpu" for run in runs):
+        print("warning: no --sbatch option asks for a GPU (e.g. --sbatch=--gres=gpu:1): each array task "
+              "gets what the partition gives by default", file=sys.stderr)
     if args.dry_run:
         print(script, end="")
         return 0

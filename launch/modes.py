@@ -87,6 +87,11 @@ def sweep_gpus(items: Sequence[Item], gpus: Sequence[str], runs_per_gpu: int = 1
                           "train on its CPU anyway, or use --mode local (--jobs N: N runs at a time)")
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
+    count = torch.cuda.device_count()
+    missing = [g for g in gpus if g.isdigit() and int(g) >= count]
+    if count and "CUDA_VISIBLE_DEVICES" not in os.environ and missing:
+        raise LaunchError(f"--gpus: no GPU {', '.join(missing)} on this machine; torch sees {count} "
+                          f"(0..{count - 1})")
     if runs_per_gpu < 1:
         raise LaunchError(f"--runs-per-gpu: expected an integer >= 1, got {runs_per_gpu}")
     workers = [(f"[gpu {gpu}]", {**os.environ, "CUDA_VISIBLE_DEVICES": gpu})

@@ -378,8 +378,9 @@ def test_gpus_mode_keeps_runs_per_gpu_runs_on_each_gpu(overrides, tmp_path, monk
     with pytest.raises(SystemExit):
         sweep.parse_args([CONFIG, "--out", "x", "--runs-per-gpu", "2"])
     assert "belong to --mode gpus" in capsys.readouterr().err
-    assert sweep.main([CONFIG, *overrides, "--out", str(tmp_path / "z"), "--mode", "gpus",
-                       "--gpus", "0", "--runs-per-gpu", "0"]) == 2
+    with pytest.raises(SystemExit):            # refused before anything runs, a dry run too
+        sweep.main([CONFIG, *overrides, "--out", str(tmp_path / "z"), "--mode", "gpus",
+                    "--gpus", "0", "--runs-per-gpu", "0", "--dry-run"])
     assert "--runs-per-gpu: expected an integer >= 1, got 0" in capsys.readouterr().err
 
 
@@ -475,8 +476,12 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     (["--nproc", "2", "--jobs", "2"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
     (["--nproc", "2", "--mode", "slurm"], "--nproc belongs to --mode local with one run at a time (--jobs 1)"),
     (["--group", "0"], "--group: expected an integer >= 1, got 0"),
-    *[(["--group", "2", *other], "--group trains several runs in one process: not with --nproc, --task or "
-                                 "--mode slurm") for other in (["--nproc", "2"], ["--task", "0"], ["--mode", "slurm"])],
+    *[(["--group", "2", *other], f"--group trains several runs in one process: not with {named}")
+      for other, named in ((["--nproc", "2"], "--nproc"), (["--task", "0"], "--task"),
+                           (["--mode", "slurm"], "--mode slurm"))],
+    # GPU ids as CUDA_VISIBLE_DEVICES takes them, each once (a typo would give a worker no GPU)
+    *[(["--mode", "gpus", "--gpus", gpus, "--dry-run"], "--gpus: expected GPU indices or GPU-/MIG- UUIDs, "
+       f"comma-separated, each once (e.g. 0,1,2,3), got {gpus!r}") for gpus in ("a,b", "0,,1", "0,0", "-1", "")],
 ])
 def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -650,3 +655,13 @@ def test_group_trains_compatible_runs_together_and_resumes_what_is_left(override
         assert (out / f"ptb-softmax-seed{seed}" / "eval_best.json").is_file()
     assert json.loads((out / "ptb-softmax-seed2" / "run.json").read_text())["groups"][1]["joined_at"]["step"] == 5
     assert not (out / "ptb-softmax-seed3" / "group_exit.json").exists()
+
+
+def test_a_slurm_script_that_asks_for_no_gpu_is_warned(capsys):
+    """--mode slurm without an --sbatch option naming a GPU writes a script that gets the
+    partition's default: a warning on stderr; none with --gres=gpu; and GPU UUIDs pass --gpus."""
+    assert sweep.main([CONFIG, "--out", "x", "--mode", "slurm", "--dry-run"]) == 0
+    assert "warning: no --sbatch option asks for a GPU (e.g. --sbatch=--gres=gpu:1)" in capsys.readouterr().err
+    assert sweep.main([CONFIG, "--out", "x", "--mode", "slurm", "--sbatch=--gres=gpu:1", "--dry-run"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert sweep.parse_args([CONFIG, "--out", "x", "--mode", "gpus", "--gpus", "GPU-1a2b,MIG-3c4d,2"]).gpus
