@@ -134,7 +134,7 @@ def _experiment(entry, index: int, plan: dict, plan_path: Path, fail) -> Experim
     seeds = entry.get("seeds", plan.get("seeds"))
     if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(
             s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds)):
-        raise fail(f"{where}.seeds", "a list of integers (and `config`)", seeds)
+        raise fail(f"{where}.seeds" if "seeds" in entry else "seeds", "a list of integers (and `config`)", seeds)
     # The overrides, and each value of the grid alone, read as the runs will read them: a wrong
     # key or value is named here, with the plan file, before anything runs.
     own_seed = _checked_config(config, overrides, where, plan_path).train.seed

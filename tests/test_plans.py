@@ -293,6 +293,8 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
      "experiments[0].config: expected an existing config file"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, seeds: [1, two]}]\n",
      "experiments[0].seeds: expected a list of integers"),
+    ("title: t\nout: o\nseeds: [1, two]\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     ": seeds: expected a list of integers"),             # the plan's own seeds: named as such
     ("title: t\nout: o\nrank: --contexts 5\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
      "rank: expected a list of strings"),
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, grid: {head.k: 2}}]\n",
