@@ -427,7 +427,12 @@ def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     first = commands[0]
     if script_name(first) != "train.py":
         return "finished: " + ", ".join(Path(script_name(c)).stem for c in commands)
-    return "resume" if "--resume" in first else "new"
+    state = "resume" if "--resume" in first else "new"
+    max_steps = run.config.run.max_steps
+    if max_steps and len(commands) > 1:       # execute() stops after train.py if the run is unfinished
+        state += (f" (run.max_steps={max_steps}: if that ends it before its last epoch, the commands "
+                  f"after train.py do not run)")
+    return state
 
 
 @contextlib.contextmanager

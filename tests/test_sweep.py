@@ -665,3 +665,14 @@ def test_a_slurm_script_that_asks_for_no_gpu_is_warned(capsys):
     assert sweep.main([CONFIG, "--out", "x", "--mode", "slurm", "--sbatch=--gres=gpu:1", "--dry-run"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert sweep.parse_args([CONFIG, "--out", "x", "--mode", "gpus", "--gpus", "GPU-1a2b,MIG-3c4d,2"]).gpus
+
+
+def test_a_dry_run_says_when_run_max_steps_may_leave_a_run_unevaluated(capsys):
+    """A smoke test with run.max_steps stops before its epochs end, and execute() then skips the
+    evaluation its dry run lists: the title says so; a run without the cap says nothing more."""
+    assert sweep.main([CONFIG, "--out", "x", "run.max_steps=20", "--dry-run"]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert title.endswith(": new (run.max_steps=20: if that ends it before its last epoch, the commands "
+                          "after train.py do not run)"), title
+    assert sweep.main([CONFIG, "--out", "x", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(": new")
