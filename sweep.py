@@ -234,14 +234,14 @@ def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
     names them."""
     import report
     failed = []
-    for arguments in plan.report_commands(out):
+    commands = plan.report_commands(out)
+    for arguments in commands:
         print(f"+ python report.py {shlex.join(arguments)}", flush=True)
         if not dry_run and report.main(arguments) != 0:
             failed.append(arguments[0])
     if failed:
-        total = len(plan.report_commands(out))
-        rest = "the others were written" if len(failed) < total else "none was written"
-        print(f"error: {len(failed)} of the plan's {total} reports failed ({', '.join(failed)}); {rest}",
+        rest = "the others were written" if len(failed) < len(commands) else "none was written"
+        print(f"error: {len(failed)} of the plan's {len(commands)} reports failed ({', '.join(failed)}); {rest}",
               file=sys.stderr)
         return 2
     return 0

@@ -40,7 +40,6 @@ number in a "[SB] ..." column beside each measured one; and it says which rows' 
 """
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections import Counter
@@ -51,8 +50,11 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from experiment.run_directory import CPU_TIMES
+
 from . import AnalysisError
 from .comparisons import AtCommonEpoch, at_common_epoch, common_epoch_table, seed_spread_line, test_difference
+from .cost import read_cpu_times
 from .pooling import compared, differing_keys, refuse_unlike, resolved
 from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
                         same_value)
@@ -94,9 +96,8 @@ def training_device(run_dir: Path, info: dict) -> str:
     if info.get("device_name"):
         return info["device_name"]
     device = info.get("device") or "unrecorded"
-    if device == "cpu" and (run_dir / "cpu_times.jsonl").is_file():
-        lines = [json.loads(line) for line in (run_dir / "cpu_times.jsonl").read_text().splitlines() if line.strip()]
-        processors = sorted({line["processor"] for line in lines
+    if device == "cpu" and (run_dir / CPU_TIMES).is_file():
+        processors = sorted({line["processor"] for line in read_cpu_times(run_dir / CPU_TIMES)
                              if line.get("script") == "train.py" and line.get("processor")})
         if processors:
             return f"cpu ({' and '.join(processors)})"
