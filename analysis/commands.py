@@ -256,7 +256,8 @@ def published(args) -> str:
 COMMANDS: dict[str, Command] = {
     "table": Command("[SB] Table 2: n, params, s/epoch, train/valid/test ppl (mean ± std), test ppl vs "
                      "Softmax at the same setting (in %%, with its 95%% Welch interval and p), Press rank; "
-                     "each row against Softmax at a common epoch; the seed spread; rows pool seeds of "
+                     "each row against Softmax at a common epoch; every two rows with Holm's p; the seed "
+                     "spread; rows pool seeds of "
                      "one configuration only; --paper: Table 5, SM Tables 4/5, 10/11, 12 beside "
                      "[SB]'s numbers", table_arguments, table),
     "wordsim": Command("Spearman's rho of input-embedding cosine similarities", wordsim_arguments, wordsim),
@@ -273,8 +274,9 @@ COMMANDS: dict[str, Command] = {
     "curves": Command("validation ppl against epoch, one line per head (mean over its runs, their "
                       "range shaded), the ASGD switch marked (PREFIX.png, .md)", curves_arguments, curves),
     "versus": Command("test ppl and Press rank against a config key, one line per head; each "
-                      "value's gain over Softmax and the gains' differences between values with 95%% "
-                      "Welch intervals (PREFIX.png, .md, .csv)", versus_arguments, versus),
+                      "value's gain over Softmax, the gain averaged over the values and the gains' "
+                      "differences between values with 95%% intervals; each head against itself at "
+                      "another value (PREFIX.png, .md, .csv)", versus_arguments, versus),
     "convergence": Command("per run: epochs, the ASGD switch, the best validation ppl and its "
                            "improvement over the last --window epochs, converged or not "
                            "(PREFIX.md, .csv)", convergence_arguments, convergence),

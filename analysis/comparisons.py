@@ -7,6 +7,11 @@ Runs stop at different epochs (the plateau rule), and a run stopped later has ha
 improve; so beside the test perplexities at each run's stop, the reports compare every run's
 validation perplexity (metrics.jsonl) at the cell's common epoch: the earliest stop among the
 runs of the two cells compared.
+
+The reports compare each cell with its reference; `pairs_table` compares every two cells of a
+report that have two runs or more each (SS against MoS, GSS against SS, Softmax at one d against
+itself at another), with Holm's adjustment over the pairs it lists, since among many pairs at 95%
+each one in twenty differences of zero comes out "found".
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .runs import markdown_table
-from .stats import Estimate, pooled_spread, welch
+from .stats import Estimate, format_p, holm, pooled_spread, welch
 
 
 def log_values(runs: Sequence, name: str, exclude_seeds: Sequence[int] = ()) -> list[float]:
@@ -90,3 +95,31 @@ def common_epoch_table(compared: Sequence[tuple[str, AtCommonEpoch]], reference:
               f"epoch of a cell and its {reference} cell, the earliest stop among their runs (one "
               f"value per run, in the order of the stops), and the change against {reference} "
               f"(Welch on log ppl, as for test ppl).\n")
+
+
+def pairs_table(pairs: Sequence[tuple[str, object, str, object]], what: str,
+                exclude_seeds: Sequence[int] = ()) -> str | None:
+    """Each (label, cell, other label, other cell) pair whose cells have two test ppls or more
+    each: the cell's test ppl against the other's (Welch on log ppl), with Holm's p over the pairs
+    listed (`what` says what they are), seeds in `exclude_seeds` left out as the baseline column
+    leaves them out; None if no pair has two runs a side. The caller orders
+    each pair (a row against a row above it), never the data: a pair keeps its direction when
+    more seeds move the means."""
+    compared = []
+    for label, cell, other_label, other in pairs:
+        mine, theirs = (log_values(c.runs, "test_ppl", exclude_seeds) for c in (cell, other))
+        if len(mine) < 2 or len(theirs) < 2:
+            continue
+        compared.append((f"{label} against {other_label}", len(mine), len(theirs), welch(mine, theirs)))
+    if not compared:
+        return None
+    adjusted = holm([1.0 if e.p is None else e.p for *_, e in compared])
+    lines = [[name, f"{n} and {m}", estimate.describe(), "—" if estimate.p is None else format_p(p)]
+             for (name, n, m, estimate), p in zip(compared, adjusted)]
+    header = ["pair", "n", "test ppl: % [95% CI], p", f"Holm's p (over the {len(lines)} pairs)"]
+    return (markdown_table(header, lines)
+            + f"\n{what}, each pair with two runs or more a side: the first's test ppl against "
+              f"the second's (the change of the ratio of their geometric means, Welch's t-test on "
+              f"log ppl). Each p is the pair's alone, and a difference of zero gives p "
+              f"below 0.05 in one pair of twenty; a pair whose Holm's p is below 0.05 stands with "
+              f"the chance of any false finding among these {len(lines)} pairs held to 5%.\n")

@@ -53,7 +53,8 @@ from scipy import stats
 from experiment.run_directory import CPU_TIMES
 
 from . import AnalysisError
-from .comparisons import AtCommonEpoch, at_common_epoch, common_epoch_table, seed_spread_line, test_difference
+from .comparisons import (AtCommonEpoch, at_common_epoch, common_epoch_table, pairs_table, seed_spread_line,
+                          test_difference)
 from .cost import read_cpu_times
 from .pooling import compared, differing_keys, refuse_unlike, resolved
 from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
@@ -427,6 +428,19 @@ class Table:
                              + common_epoch_table(compared, self.baseline_label))
         return "\n".join(parts)
 
+    def pairs_markdown(self) -> str:
+        """Every two rows at the same setting (the head's own keys aside), per dataset: each row
+        against each row above it, as every row is against the baseline above them all."""
+        parts = []
+        for dataset in self.datasets():
+            rows = [r for r in self.rows if r.dataset == dataset]
+            table = pairs_table([(b.label, b, a.label, a) for i, a in enumerate(rows) for b in rows[i + 1:]
+                                 if same_setting(a, b)], "Every two rows at the same setting, each row against "
+                                "each row above it", self.exclude_from_t_test)
+            if table:
+                parts.append(f"## {dataset}: every two rows\n\n{table}")
+        return "\n".join(parts)
+
     def spread_markdown(self) -> str:
         parts = [f"## {dataset}: seed spread\n\n"
                  + seed_spread_line([r for r in self.rows if r.dataset == dataset], lambda r: r.label) + "\n"
@@ -615,9 +629,9 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
                  + (f"\nRows without a published counterpart: {'; '.join(unmatched)}.\n" if unmatched else ""))
         note_on_models = model_note(table)
         title += "\n\n" + note_on_models.rstrip("\n") if note_on_models else ""
-    common = table.common_epoch_markdown()
+    common, pairs = table.common_epoch_markdown(), table.pairs_markdown()
     text = (title + "\n\n" + table.markdown() + "\n" + note + "\n" + (common + "\n" if common else "")
-            + table.spread_markdown() + "\n" + devices_markdown([(row.label, row.runs) for row in table.rows])
+            + (pairs + "\n" if pairs else "") + table.spread_markdown() + "\n" + devices_markdown([(row.label, row.runs) for row in table.rows])
             + "\n" + missing_section(results))
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_prefix.with_name(out_prefix.name + ".md").write_text(text, encoding="utf-8")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Sequence
 
 from . import AnalysisError
-from .comparisons import at_common_epoch, common_epoch_table, log_values, test_difference
+from .comparisons import at_common_epoch, common_epoch_table, log_values, pairs_table, test_difference
 from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
-from .stats import difference_of_differences
+from .stats import combination, difference_of_differences
 from .tables import devices_markdown, estimate_csv, group_rows, mean_std, read_run
 
 BASELINE = "softmax"
@@ -97,6 +97,16 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                  + markdown_table(["head", *(f"{key} = {v}" for v in values)],
                                   [[head_label(h), *(gains[h, v].describe() if (h, v) in gains else ""
                                                      for v in values)] for h in others]))
+        averaged = {h: averaged_gain(cells, h, [v for v in values if (h, v) in gains])
+                    for h in others if sum((h, v) in gains for v in values) >= 2}
+        if averaged:
+            text += (f"\nEach head's gain averaged over the values of {key}: the mean over the "
+                     f"values of its difference to Softmax in mean log test ppl, with a one-sample t "
+                     f"interval over those values (k values: k - 1 degrees of freedom), so that how "
+                     f"the gain varies between values, and each value's seed noise, are its noise:\n\n"
+                     + markdown_table(["head", "values", f"gain averaged over {key}"],
+                                      [[head_label(h), ", ".join(str(v) for v in values if (h, v) in gains),
+                                        estimate.describe()] for h, estimate in averaged.items()]))
         pairs = list(combinations(values, 2))
         between = {(h, a, b): gain_difference(cells, h, a, b)
                    for h in others for a, b in pairs if (h, a) in gains and (h, b) in gains}
@@ -115,6 +125,11 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                   if common.get((h, v)) is not None]
         if listed:
             text += f"\n## Each head against Softmax at a common epoch\n\n" + common_epoch_table(listed, "Softmax")
+    own = pairs_table([(f"{head_label(h)}, {key} = {b}", cells[h, b], f"{key} = {a}", cells[h, a])
+                       for h in heads for a, b in combinations(values, 2) if (h, a) in cells and (h, b) in cells],
+                      f"Each head against itself at a lower {key}")
+    if own:
+        text += f"\n## Each head against itself at another {key}\n\n" + own
     text += "\n" + devices_markdown([(f"{head_label(h)}, {key} = {v}", cells[h, v].runs)
                                       for h in heads for v in values if (h, v) in cells])
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
@@ -132,3 +147,12 @@ def gain_difference(cells: dict, head: str, first, second):
     return difference_of_differences(*(log_values(cells[h, v].runs, "test_ppl")
                                        for h, v in ((head, first), (BASELINE, first),
                                                     (head, second), (BASELINE, second))))
+
+
+def averaged_gain(cells: dict, head: str, values: Sequence):
+    """The mean over `values` of (head - Softmax) in mean log test ppl: a one-sample t over the
+    values, each value's gain one measurement of the gain averaged over them."""
+    def mean(cell):
+        found = log_values(cell.runs, "test_ppl")
+        return sum(found) / len(found)
+    return combination([[mean(cells[head, v]) - mean(cells[BASELINE, v]) for v in values]], [1.0])

@@ -13,6 +13,8 @@ import yaml
 from scipy import stats
 
 import report
+from analysis.runs import head_label
+from analysis.stats import format_p
 from tests.test_tables import make_run
 
 
@@ -108,6 +110,40 @@ def test_versus_gives_each_gain_and_the_gains_difference_with_intervals(tmp_path
                    f"{100 * math.expm1(value + half):+.1f}], p = {p:.2g} |")
     # and each head against Softmax at their common epoch (all four stop at epoch 4 here)
     assert "| MoS, model.emsize = 16 | 4, 4 | 4, 4, 4 | 4 |" in text
+
+
+def test_versus_averages_a_gain_over_the_values_and_sets_each_head_against_itself(tmp_path):
+    """Known answers: the gain averaged over d is a one-sample t over each d's difference of mean
+    log test ppl (scipy's ttest_1samp, one run at d = 64 included); each head at a higher d against
+    itself at a lower, Welch (scipy's) with Holm's p over the pairs, cells of one run left out."""
+    test_ppl = {("softmax", 16): [300.0, 310.0], ("mos", 16): [280.0, 290.0],
+                ("softmax", 32): [250.0, 262.0, 255.0], ("mos", 32): [238.0, 240.0, 236.0],
+                ("softmax", 64): [200.0, 204.0], ("mos", 64): [193.0]}
+    root = ranked_runs(tmp_path / "runs", [(head, seed, d, ppl, 100) for (head, d), ppls in test_ppl.items()
+                                           for seed, ppl in enumerate(ppls, 1)])
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(tmp_path / "v")]) == 0
+    text = (tmp_path / "v.md").read_text()
+    logs = {cell: np.log(values) for cell, values in test_ppl.items()}
+    gains = [logs["mos", d].mean() - logs["softmax", d].mean() for d in (16, 32, 64)]
+    one_sample = stats.ttest_1samp(gains, 0.0)
+    low, high = one_sample.confidence_interval(0.95)
+    assert (f"| MoS | 16, 32, 64 | {100 * math.expm1(np.mean(gains)):+.1f}% [{100 * math.expm1(low):+.1f}, "
+            f"{100 * math.expm1(high):+.1f}], p = {one_sample.pvalue:.2g} |") in text
+    own = text.split("## Each head against itself at another model.emsize")[1].split("\nWhere")[0]
+    expected = []
+    for head, high_d, low_d in (("softmax", 32, 16), ("softmax", 64, 16), ("softmax", 64, 32), ("mos", 32, 16)):
+        welch = stats.ttest_ind(logs[head, high_d], logs[head, low_d], equal_var=False)
+        w_low, w_high = welch.confidence_interval(0.95)
+        change = 100 * math.expm1(logs[head, high_d].mean() - logs[head, low_d].mean())
+        expected.append((f"{head_label(head)}, model.emsize = {high_d} against model.emsize = {low_d}",
+                         f"{change:+.1f}% [{100 * math.expm1(w_low):+.1f}, {100 * math.expm1(w_high):+.1f}], "
+                         f"p = {format_p(welch.pvalue)}", welch.pvalue))
+    rows = [line.split(" | ") for line in own.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0][-1] == "Holm's p (over the 4 pairs) |"
+    assert [(r[0].lstrip("| "), r[2]) for r in rows[1:]] == [(pair, interval) for pair, interval, _ in expected]
+    smallest = min(p for *_, p in expected)
+    assert any(r[3] == f"{format_p(4 * smallest)} |" for r in rows[1:])      # the smallest p, times 4
+    assert "MoS, model.emsize = 64" not in own                         # one run: no interval
 
 
 def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):

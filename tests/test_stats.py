@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 import numpy as np
 
-from analysis.stats import (combination, difference_of_differences, pooled_spread, power, seeds_needed,
+from analysis.stats import (combination, difference_of_differences, holm, pooled_spread, power, seeds_needed,
                             welch)
 
 A = [4.80, 4.85, 4.79, 4.90]          # e.g. log test ppl of four seeds
@@ -132,3 +132,12 @@ def test_power_at_few_seeds_is_students_exact_test():
         assert power(3.0, 1.0, n) == pytest.approx(expected, abs=1e-3)
         assert rejected == pytest.approx(power(3.0, 1.0, n), abs=0.02), n
     assert seeds_needed(3.0, 1.0) == 4
+
+
+def test_holm_by_hand():
+    """p = 0.01, 0.04, 0.03, 0.5 (four pairs): sorted, 0.01 x 4 = 0.04, 0.03 x 3 = 0.09, 0.04 x 2 =
+    0.08 raised to the 0.09 before it, 0.5 x 1; returned in the order given. A product above 1
+    is 1, and one pair is its own p."""
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6]) and holm([0.7, 0.6]) == [1.0, 1.0]
+    assert holm([0.02]) == [0.02] and holm([]) == []

@@ -16,6 +16,7 @@ import report
 from analysis import AnalysisError
 from analysis.runs import find_run_dirs
 from analysis.spectra import collect, normalise, write_spectra
+from analysis.stats import format_p
 from analysis.tables import mean_std, t_test_p_value
 
 SOFTMAX_TEST = [57.0, 57.1, 57.2]
@@ -264,6 +265,39 @@ def test_a_row_of_one_run_has_its_value_and_no_interval(tmp_path):
     assert f"pooled over the 1 row with two runs or more (2 degrees of freedom): **{spread:.2f}% [" in markdown
 
 
+def test_every_two_rows_with_their_interval_and_holms_p(runs, tmp_path):
+    """Beside each row against Softmax, every two rows at one setting (two runs or more a side):
+    the lower row against the upper, Welch on log test ppl (scipy's), and Holm's p over the pairs
+    listed. A row of one run, and a row at another setting, pair with nothing."""
+    gss = [57.3, 57.5]
+    for seed, ppl in enumerate(gss, 1):
+        make_run(runs, f"ptb-gss-seed{seed}", "gss", seed, test_ppl=ppl)
+    make_run(runs, "ptb-mos-seed1", "mos", 1, test_ppl=55.0)
+    make_run(runs, "wt2-mos-seed1", "mos", 1, test_ppl=60.0, dataset="wikitext-2")
+    make_run(runs, "wt2-mos-seed2", "mos", 2, test_ppl=61.0, dataset="wikitext-2")
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t")]) == 0
+    section = (tmp_path / "t.md").read_text().split("## ptb: every two rows")[1].split("\n## ")[0]
+    logs = {name: np.log(values) for name, values in (("Softmax", SOFTMAX_TEST), ("SS", SS_TEST), ("GSS", gss))}
+    expected = []
+    for first, second in (("SS", "Softmax"), ("GSS", "Softmax"), ("GSS", "SS")):
+        welch = stats.ttest_ind(logs[first], logs[second], equal_var=False)
+        low, high = welch.confidence_interval(0.95)
+        change = 100 * math.expm1(logs[first].mean() - logs[second].mean())
+        expected.append((f"{first} against {second}", f"{len(logs[first])} and {len(logs[second])}",
+                         f"{change:+.1f}% [{100 * math.expm1(low):+.1f}, {100 * math.expm1(high):+.1f}], "
+                         f"p = {format_p(welch.pvalue)}", welch.pvalue))
+    ps = sorted(p for *_, p in expected)
+    by_hand = {ps[0]: 3 * ps[0], ps[1]: max(3 * ps[0], 2 * ps[1]), ps[2]: max(3 * ps[0], 2 * ps[1], ps[2])}
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert lines[0] == "| pair | n | test ppl: % [95% CI], p | Holm's p (over the 3 pairs) |"
+    assert lines[1:] == [f"| {pair} | {n} | {interval} | {format_p(min(1.0, by_hand[p]))} |"
+                         for pair, n, interval, p in expected]
+    # the pair against Softmax is the main table's interval
+    ss_line = next(l for l in (tmp_path / "t.md").read_text().splitlines() if l.startswith("| SS | 4 |"))
+    assert expected[0][2] in ss_line
+    assert "MoS" not in section and "## wikitext-2: every two rows" not in (tmp_path / "t.md").read_text()
+
+
 def test_run_directories_below_a_folder_but_not_inside_a_run(runs):
     make_run(runs / "ptb-softmax-seed1", "finetune", "softmax", 1)     # train.py --finetune's place
     make_run(runs / "more", "ptb-mos-seed1", "mos", 1)
@@ -279,6 +313,8 @@ def test_seeds_left_out_of_the_t_test_only(runs, tmp_path):
     welch = stats.ttest_ind(np.log(SS_TEST[1:]), np.log(SOFTMAX_TEST[1:]), equal_var=False)
     assert float(ss["test_change_p"]) == pytest.approx(welch.pvalue)
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
+    pair = next(l for l in (tmp_path / "t.md").read_text().splitlines() if l.startswith("| SS against Softmax |"))
+    assert pair.startswith("| SS against Softmax | 3 and 2 |") and f"p = {format_p(welch.pvalue)} |" in pair
 
 
 def test_bad_input_is_one_line(runs, tmp_path, capsys):
