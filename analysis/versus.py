@@ -20,7 +20,7 @@ from . import AnalysisError
 from .comparisons import at_common_epoch, common_epoch_table, log_values, pairs_table, test_difference
 from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
-from .stats import combination, difference_of_differences
+from .stats import combination, difference_of_differences, format_p, holm
 from .tables import devices_markdown, estimate_csv, group_rows, mean_std, read_run
 
 BASELINE = "softmax"
@@ -100,13 +100,16 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
         averaged = {h: averaged_gain(cells, h, [v for v in values if (h, v) in gains])
                     for h in others if sum((h, v) in gains for v in values) >= 2}
         if averaged:
+            holm_p = holm([1.0 if e.p is None else e.p for e in averaged.values()])
             text += (f"\nEach head's gain averaged over the values of {key}: the mean over the "
                      f"values of its difference to Softmax in mean log test ppl, with a one-sample t "
                      f"interval over those values (k values: k - 1 degrees of freedom), so that how "
-                     f"the gain varies between values, and each value's seed noise, are its noise:\n\n"
-                     + markdown_table(["head", "values", f"gain averaged over {key}"],
+                     f"the gain varies between values, and each value's seed noise, are its noise; "
+                     f"Holm's p over the {len(averaged)} heads' averages:\n\n"
+                     + markdown_table(["head", "values", f"gain averaged over {key}", "Holm's p"],
                                       [[head_label(h), ", ".join(str(v) for v in values if (h, v) in gains),
-                                        estimate.describe()] for h, estimate in averaged.items()]))
+                                        estimate.describe(), "—" if estimate.p is None else format_p(p)]
+                                       for (h, estimate), p in zip(averaged.items(), holm_p)]))
         pairs = list(combinations(values, 2))
         between = {(h, a, b): gain_difference(cells, h, a, b)
                    for h in others for a, b in pairs if (h, a) in gains and (h, b) in gains}

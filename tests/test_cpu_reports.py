@@ -128,7 +128,7 @@ def test_versus_averages_a_gain_over_the_values_and_sets_each_head_against_itsel
     one_sample = stats.ttest_1samp(gains, 0.0)
     low, high = one_sample.confidence_interval(0.95)
     assert (f"| MoS | 16, 32, 64 | {100 * math.expm1(np.mean(gains)):+.1f}% [{100 * math.expm1(low):+.1f}, "
-            f"{100 * math.expm1(high):+.1f}], p = {one_sample.pvalue:.2g} |") in text
+            f"{100 * math.expm1(high):+.1f}], p = {format_p(one_sample.pvalue)} | {format_p(one_sample.pvalue)} |") in text
     own = text.split("## Each head against itself at another model.emsize")[1].split("\nWhere")[0]
     expected = []
     for head, high_d, low_d in (("softmax", 32, 16), ("softmax", 64, 16), ("softmax", 64, 32), ("mos", 32, 16)):
