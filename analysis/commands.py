@@ -284,7 +284,8 @@ COMMANDS: dict[str, Command] = {
                     "on its own row) and in all, from the cpu_times.jsonl sweep.py writes "
                     "(PREFIX.md, .csv)", lambda parser: prefix_out(parser, "results/cost"), cost),
     "methods": Command("valid / test ppl plain, with the neural cache and with dynamic evaluation, "
-                       "before and after finetuning (PREFIX.md, .csv)",
+                       "before and after finetuning; per cell of seeds, each head against Softmax and each "
+                       "method against plain with 95%% intervals (PREFIX.md, .csv)",
                        lambda parser: prefix_out(parser, "results/methods"), methods),
     "diagnose": Command("what to look at first when a run did not learn: the spread of the body's "
                         "output, the LSTM's share of the gradient over a fresh model's first SGD "

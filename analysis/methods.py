@@ -1,8 +1,14 @@
 """The evaluation methods side by side (report.py methods): for each run that was finetuned
 or evaluated with a method, validation and test perplexity plain, with the neural cache and with
-dynamic evaluation, before and after finetuning (RUN/finetune)."""
+dynamic evaluation, before and after finetuning (RUN/finetune).
+
+Beside the runs, the seeds of a cell (a head at one d and stage) taken together: each head
+against Softmax under each method (Welch on log test ppl, as the tables do), and each method
+against plain evaluation within a cell (the same runs evaluated both ways, so a one-sample t on
+each run's log ratio: the seeds' spread common to both evaluations cancels)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -10,6 +16,7 @@ from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
 from .runs import head_label, markdown_table, read_json, write_csv
+from .stats import combination, welch
 from .tables import read_run
 
 METHODS = (("plain", "eval_best.json"), ("cache", "eval_best_cache.json"),
@@ -51,9 +58,49 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
             + "\nPerplexity of each run's best.pt (trained) and of its finetuning's (RUN/finetune): "
               "plain (eval_best.json), with the neural cache (eval_best_cache.json) and with dynamic "
               "evaluation (eval_best_dynamic.json), at the settings each file records; — not run.\n")
+    text += cells_markdown(listed, several_d)
     prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     write_csv(prefixed(out_prefix, ".csv"),
               ["dataset", "head", "emsize", "seed", "weights", *(f"{name}_{m}" for _, name in SPLITS for m, _ in METHODS)],
               csv_rows)
+    return text
+
+
+def cells_markdown(listed, several_d: bool) -> str:
+    """The two tables of a cell's seeds together (module doc); "" where no cell has a method."""
+    cells: dict[tuple, list[dict]] = {}          # (head, d, stage) -> each run's test ppl by method
+    for run, d, evaluated in listed:
+        for stage, found in evaluated:
+            cells.setdefault((run.head, d, stage), []).append(
+                {m: results["test_ppl"] for m, results in found.items() if "test_ppl" in results})
+
+    def label(head, d, stage):
+        return f"{head_label(head)}{f', d = {d}' if several_d else ''}, {stage}"
+
+    def logs(runs, method):
+        return [math.log(r[method]) for r in runs if method in r]
+
+    methods = [m for m, _ in METHODS]
+    against = [[label(*cell), *(welch(logs(runs, m), logs(cells[("softmax", *cell[1:])], m)).describe()
+                                if logs(runs, m) and logs(cells[("softmax", *cell[1:])], m) else ""
+                                for m in methods)]
+               for cell, runs in cells.items() if cell[0] != "softmax" and ("softmax", *cell[1:]) in cells]
+    gains = []
+    for cell, runs in cells.items():
+        ratios = {m: [math.log(r[m] / r["plain"]) for r in runs if m in r and "plain" in r] for m in methods[1:]}
+        if any(ratios.values()):
+            gains.append([label(*cell), *(combination([ratios[m]], [1.0]).describe() if ratios[m] else ""
+                                          for m in methods[1:])])
+    text = ""
+    if any(any(line[1:]) for line in against):
+        text += ("\nEach head against Softmax at the same d and weights, under each evaluation: its "
+                 "test ppl's change in percent with the 95% interval and p of Welch's t-test on log "
+                 "ppl over the cells' seeds; no interval where a cell has one run:\n\n"
+                 + markdown_table(["cell", *methods], against))
+    if gains:
+        text += ("\nEach method against plain evaluation, per cell: the change of test ppl in percent, "
+                 "the mean over the cell's runs of each run's log ratio with its one-sample t interval "
+                 "and p (the same runs both ways); no interval where a cell has one run:\n\n"
+                 + markdown_table(["cell", *methods[1:]], gains))
     return text

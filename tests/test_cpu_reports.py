@@ -178,6 +178,40 @@ def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):
     assert "no run was finetuned" in capsys.readouterr().err
 
 
+def test_methods_set_the_cells_seeds_together_with_intervals(tmp_path):
+    """Known answers: each head against Softmax under each method, Welch on log test ppl
+    (scipy's); each method against plain within a cell, a one-sample t on each run's log ratio
+    (scipy's ttest_1samp); a cell of one run gets no interval."""
+    plain = {("softmax", 1): 200.0, ("softmax", 2): 204.0, ("mos", 1): 190.0, ("mos", 2): 193.0}
+    cache = {("softmax", 1): 186.0, ("softmax", 2): 191.0, ("mos", 1): 180.0, ("mos", 2): 181.5}
+    root = tmp_path / "runs"
+    for (head, seed), ppl in plain.items():
+        run = cpu_run(root, head, seed)
+        (run / "eval_best.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": ppl}))
+        (run / "eval_best_cache.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": cache[head, seed]}))
+    (root / "ptb-mos-model.emsize=32-seed1" / "eval_best_dynamic.json").write_text(
+        json.dumps({"val_ppl": 1.0, "test_ppl": 170.0}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
+    text = (tmp_path / "m.md").read_text()
+
+    def interval(result, value):
+        low, high = result.confidence_interval(0.95)
+        return (f"{100 * math.expm1(value):+.1f}% [{100 * math.expm1(low):+.1f}, "
+                f"{100 * math.expm1(high):+.1f}], p = {format_p(result.pvalue)}")
+    logs = {method: {head: np.log([values[head, s] for s in (1, 2)]) for head in ("softmax", "mos")}
+            for method, values in (("plain", plain), ("cache", cache))}
+    against = [interval(stats.ttest_ind(logs[m]["mos"], logs[m]["softmax"], equal_var=False),
+                        logs[m]["mos"].mean() - logs[m]["softmax"].mean()) for m in ("plain", "cache")]
+    # no Softmax run was evaluated dynamically: nothing to set MoS's one dynamic run against
+    assert f"| MoS, trained | {against[0]} | {against[1]} |  |" in text
+    for head in ("softmax", "mos"):
+        ratios = logs["cache"][head] - logs["plain"][head]
+        within = interval(stats.ttest_1samp(ratios, 0.0), ratios.mean())
+        assert f"| {head_label(head)}, trained | {within} |" in text, within
+    gain = 100 * math.expm1(math.log(170.0 / 190.0))
+    assert f"| MoS, trained | {interval(stats.ttest_1samp(logs['cache']['mos'] - logs['plain']['mos'], 0.0), (logs['cache']['mos'] - logs['plain']['mos']).mean())} | {gain:+.1f}% (n = 1: no interval) |" in text
+
+
 def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
     run = cpu_run(tmp_path / "runs", "softmax", 1)
     (run / "metrics.jsonl").write_text("")
