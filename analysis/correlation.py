@@ -73,19 +73,33 @@ def correlations(points: Sequence[GridPoint], dataset: str) -> dict:
     """r over all points, and over the points in [SB]'s perplexity range of the dataset."""
     ranks = [p.press_rank for p in points]
     ppls = [p.test_ppl for p in points]
-    result = {"runs": len(points), "r": pearson_r(ranks, ppls)}
+    result = {"runs": len(points), "r": pearson_r(ranks, ppls), "r_interval": r_with_interval(ranks, ppls)}
     published = GSS_GRID.get(dataset)
     if published is not None:
         low, high = published.ppl_range
         inside = [p for p in points if low <= p.test_ppl <= high]
         result.update(paper_r=published.pearson_r, range=published.ppl_range, runs_in_range=len(inside),
                       r_in_range=pearson_r([p.press_rank for p in inside], [p.test_ppl for p in inside]),
+                      r_in_range_interval=r_with_interval([p.press_rank for p in inside],
+                                                          [p.test_ppl for p in inside]),
                       paper_r_in_range=published.pearson_r_in_range)
     return result
 
 
 def format_r(r: float | None) -> str:
     return "—" if r is None or math.isnan(r) else f"{r:.2f}"
+
+
+def r_with_interval(x: Sequence[float], y: Sequence[float]) -> str:
+    """Pearson's r with its 95% interval (Fisher's z, scipy's; four points or more), e.g.
+    "0.48 [0.10, 0.74]"; "—" where r is undefined."""
+    r = pearson_r(x, y)
+    if math.isnan(r):
+        return "—"
+    if len(x) < 4 or abs(r) == 1.0:
+        return f"{r:.2f} (n = {len(x)}: no interval)"
+    low, high = stats.pearsonr(x, y).confidence_interval(0.95)
+    return f"{r:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def plot(points: dict[str, list[GridPoint]], summaries: dict[str, dict], path: Path) -> None:
@@ -121,18 +135,20 @@ def write_correlation(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     summaries = {dataset: correlations(dataset_points, dataset) for dataset, dataset_points in points.items()}
     plot(points, summaries, prefixed(out_prefix, ".png"))
 
-    header = ["Dataset", "Runs", "Pearson r", "[SB] r", "Test ppl range", "Runs in range",
-              "r in range", "[SB] r in range"]
+    header = ["Dataset", "Runs", "Pearson r [95% CI]", "[SB] r", "Test ppl range", "Runs in range",
+              "r in range [95% CI]", "[SB] r in range"]
     rows = []
     for dataset, s in summaries.items():
         in_range = "range" in s
-        rows.append([dataset_label(dataset), str(s["runs"]), format_r(s["r"]), format_r(s.get("paper_r")),
+        rows.append([dataset_label(dataset), str(s["runs"]), s["r_interval"], format_r(s.get("paper_r")),
                      f"[{s['range'][0]:g}, {s['range'][1]:g}]" if in_range else "—",
-                     str(s["runs_in_range"]) if in_range else "—", format_r(s.get("r_in_range")),
+                     str(s["runs_in_range"]) if in_range else "—", s.get("r_in_range_interval", "—"),
                      format_r(s.get("paper_r_in_range"))])
     text = ("# [SB] Figure 2: Press rank against test perplexity, GSS(c, k) grid\n\n"
             + markdown_table(header, rows)
-            + "\nPearson's r (scipy.stats.pearsonr) of Press rank and test perplexity over the runs; "
+            + "\nPearson's r (scipy.stats.pearsonr) of Press rank and test perplexity over the runs, "
+              "with its 95% interval (Fisher's z; none under four runs): [SB]'s r outside it is a "
+              "difference at 95%; "
               "'in range': only the runs whose test perplexity lies in the range [SB] uses to leave "
               "out outliers (p. 3).\n")
     if notes:

@@ -16,7 +16,7 @@ import yaml
 from scipy import stats
 
 import report
-from analysis.correlation import collect_points, pearson_r
+from analysis.correlation import collect_points, pearson_r, r_with_interval
 from analysis.mos_sweeps import collect, paper_points, sweep
 from analysis.published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS
 from spectrum.robustness import press_rank_robustness
@@ -180,6 +180,8 @@ def test_pearson_r_is_scipys_on_known_samples():
     assert r == pytest.approx(float(dx @ dy / math.sqrt((dx @ dx) * (dy @ dy))), rel=1e-12)
     assert pearson_r([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert math.isnan(pearson_r([1, 1, 1], [1, 2, 3])) and math.isnan(pearson_r([1], [2]))
+    assert r_with_interval([1, 2, 3], [2, 4, 5]) == f"{pearson_r([1, 2, 3], [2, 4, 5]):.2f} (n = 3: no interval)"
+    assert r_with_interval([1, 1, 1], [1, 2, 3]) == "—"
 
 
 @pytest.fixture
@@ -208,8 +210,15 @@ def test_correlation_report(gss_grid, tmp_path):
     inside = [(r, p) for r, p in zip(ranks, ppls) if low <= p <= high]
     assert 2 < len(inside) < len(points)
     row = table_line(markdown, "PTB")
-    assert row == ["PTB", "9", f"{stats.pearsonr(ranks, ppls).statistic:.2f}", "0.48", "[56.6, 57.6]",
-                   str(len(inside)), f"{stats.pearsonr(*zip(*inside)).statistic:.2f}", "0.24"]
+    def with_interval(result):
+        low, high = result.confidence_interval(0.95)
+        return f"{result.statistic:.2f} [{low:.2f}, {high:.2f}]"
+    assert row == ["PTB", "9", with_interval(stats.pearsonr(ranks, ppls)), "0.48", "[56.6, 57.6]",
+                   str(len(inside)), with_interval(stats.pearsonr(*zip(*inside))), "0.24"]
+    # Fisher's z by hand: atanh(r) +- 1.96 / sqrt(n - 3)
+    r = stats.pearsonr(ranks, ppls).statistic
+    half = stats.norm.ppf(0.975) / math.sqrt(len(ranks) - 3)
+    assert row[2] == f"{r:.2f} [{math.tanh(math.atanh(r) - half):.2f}, {math.tanh(math.atanh(r) + half):.2f}]"
     assert "softmax`" not in markdown and "a Softmax run, not GSS: left out" in markdown
     assert "gss-unranked: press_rank (no rank_test.json" in markdown
     rows = read_csv(tmp_path / "figure2.csv")
