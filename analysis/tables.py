@@ -430,7 +430,8 @@ class Table:
 
     def pairs_markdown(self) -> str:
         """Every two rows at the same setting (the head's own keys aside), per dataset: each row
-        against each row above it, as every row is against the baseline above them all."""
+        against each row above it (Softmax heads the rows, so its pairs read as the baseline
+        column does)."""
         parts = []
         for dataset in self.datasets():
             rows = [r for r in self.rows if r.dataset == dataset]
