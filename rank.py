@@ -68,7 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--device", help="auto (CUDA when present; the default), cpu, mps, cuda, cuda:N")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's "
-                                           "data.data_dir, else $AWD_DATA_DIR)")
+                                           "data.data_dir, else $AWD_DATA_DIR, else the repository's "
+                                           "corpora/)")
     parser.add_argument("--allow-modified-corpus", action="store_true",
                         help="read split files that are not the published ones (a run trained with "
                              "data.allow_modified_corpus=true reads them without it)")

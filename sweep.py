@@ -36,7 +36,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiment.cli import ArgumentParser
+from experiment.cli import ArgumentParser, stdout_closed
 from experiment.config import ConfigError
 from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
@@ -84,7 +84,8 @@ def parse_args(argv=None):
                         help="train the runs G at a time in one process each (train.py --group: "
                              "runs of the same body shapes and batch layout, one step of all at "
                              "a time; on a GPU the way to train many seeds; docs/training.md, "
-                             "'Group runs'); with --jobs or --mode gpus, that many groups at a time")
+                             "'Group runs'); with --jobs N, N groups at a time; with --mode gpus, "
+                             "one group per GPU at a time. --group 1, the default: each run alone")
     parser.add_argument("--nproc", type=int, default=1, metavar="N",
                         help="local mode: train each run in N processes with DDP (torchrun "
                              "--standalone; a run resumes only with the N it was started with). On a "
@@ -235,6 +236,10 @@ def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
     import report
     failed = []
     commands = plan.report_commands(out)
+    if not commands:
+        print(f"error: {plan.path}: the plan has no report: section, so --report has nothing to run "
+              f"(a plan whose runs another plan reports says which in its comments)", file=sys.stderr)
+        return 2
     for arguments in commands:
         print(f"+ python report.py {shlex.join(arguments)}", flush=True)
         if not dry_run and report.main(arguments) != 0:
@@ -341,4 +346,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        stdout_closed()

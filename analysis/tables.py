@@ -227,9 +227,20 @@ class Row:
         return [getattr(r, name) for r in self.runs
                 if getattr(r, name) is not None and r.seed not in exclude_seeds]
 
+    def seconds_by_device(self) -> dict[str, float]:
+        """The mean wall seconds of an epoch's training steps, per kind of device the row's runs
+        trained on (cpu, cuda, ...: the first word of training_device): a row pooling CPU seeds
+        with GPU seeds would otherwise average minutes with seconds."""
+        seconds: dict[str, list[float]] = {}
+        for run in self.runs:
+            if run.epoch_seconds:
+                seconds.setdefault(run.device.split()[0], []).extend(run.epoch_seconds)
+        return {kind: float(np.mean(values)) for kind, values in seconds.items()}
+
     def seconds_per_epoch(self) -> float | None:
-        seconds = [s for run in self.runs for s in run.epoch_seconds]
-        return float(np.mean(seconds)) if seconds else None
+        """seconds_by_device's one value; None where the runs trained on several kinds (or none)."""
+        by_device = self.seconds_by_device()
+        return next(iter(by_device.values())) if len(by_device) == 1 else None
 
 
 def group_rows(results: Sequence[RunResult], group_by: Sequence[str],
@@ -331,6 +342,13 @@ def format_seconds(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds:.1f}"
 
 
+def format_seconds_by_device(by_device: dict[str, float]) -> str:
+    """"189.9", or per device where the row's runs trained on several: "189.9 on cpu, 4.1 on cuda"."""
+    if len(by_device) <= 1:
+        return format_seconds(next(iter(by_device.values()), None))
+    return ", ".join(f"{seconds:.1f} on {kind}" for kind, seconds in sorted(by_device.items()))
+
+
 @dataclass(frozen=True)
 class Column:
     """A table column: its title, the cell of a row of runs and, for a column [SB] prints, how to
@@ -350,7 +368,7 @@ def format_change(row: Row) -> str:
 
 COLUMNS = {
     "params": Column("#Params", lambda row: format_params(row.values("params")), str),
-    "seconds": Column("Time (s/epoch)", lambda row: format_seconds(row.seconds_per_epoch()),
+    "seconds": Column("Time (s/epoch)", lambda row: format_seconds_by_device(row.seconds_by_device()),
                       lambda seconds: f"~{seconds:g}"),
     **{name: Column(title, lambda row, name=name: format_ppl(row.values(name), len(row.runs)), format_stat)
        for name, title in PPL_COLUMNS},
@@ -449,7 +467,7 @@ class Table:
         return "\n".join(parts)
 
     def csv_rows(self) -> tuple[list[str], list[list]]:
-        header = ["dataset", "model", "head", "runs", "params", "seconds_per_epoch"]
+        header = ["dataset", "model", "head", "runs", "params", "seconds_per_epoch", "seconds_per_epoch_by_device"]
         for name, _ in PPL_COLUMNS:
             header += [f"{name}_mean", f"{name}_std", f"{name}_n"]
         header += ["test_change_pct", "test_change_low_pct", "test_change_high_pct", "test_change_p",
@@ -464,7 +482,8 @@ class Table:
         for row in self.rows:
             seconds, params = row.seconds_per_epoch(), sorted(set(row.values("params")))
             line = [row.dataset, row.label, row.head, len(row.runs),
-                    "/".join(map(str, params)), "" if seconds is None else seconds]
+                    "/".join(map(str, params)), "" if seconds is None else seconds,
+                    ";".join(f"{kind}:{value}" for kind, value in sorted(row.seconds_by_device().items()))]
             for name, _ in PPL_COLUMNS:
                 values = row.values(name)
                 line += [*(mean_std(values) if values else ("", "")), len(values)]
@@ -591,7 +610,8 @@ def table_note(table: Table) -> str:
         note += (f"p-value: two-sided unpaired Student t-test (equal variances) of test ppl "
                  f"against the {base} row, the test [SB] reports{excluded}. ")
     return note + ("Time: the wall seconds of an epoch's training steps, validation left out (the "
-                   "epoch time that the AWD-LSTM and MoS code print includes it).\n")
+                   "epoch time that the AWD-LSTM and MoS code print includes it), per kind of device "
+                   "where a row's runs trained on several.\n")
 
 
 def devices_markdown(cells: Sequence[tuple[str, Sequence[RunResult]]]) -> str:

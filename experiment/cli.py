@@ -44,10 +44,21 @@ def _terminated(signum, frame) -> NoReturn:
     raise Terminated
 
 
+def stdout_closed() -> NoReturn:
+    """The reader of stdout went away (`sweep.py PLAN --dry-run | head`): no traceback, and no
+    second one when Python flushes stdout on the way out; 141 = 128 + SIGPIPE, as a Unix tool
+    ends there."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    sys.exit(141)
+
+
 def run_script(main: Callable[[], int]) -> NoReturn:
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()
+    except BrokenPipeError:
+        stdout_closed()
     except (KeyboardInterrupt, Terminated) as stop:
         # Their result files are written whole at the end (or one by one, each whole), and the
         # run directory's lock is released on the way out: the same command starts over.

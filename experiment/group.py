@@ -80,6 +80,9 @@ def parse_member(text: str, index: int) -> argparse.Namespace:
             raise GroupRefused(f"{where}: {words[0]} needs a run directory")
         setattr(args, words[0][2:], words[1])
         args.overrides = words[2:]
+    elif words[0].startswith("-"):
+        raise GroupRefused(f"{where}: {words[0]}: a member takes a config and key=value overrides, "
+                           f"--resume RUN_DIR or --finetune RUN_DIR")
     else:
         args.config, args.overrides = words[0], words[1:]
         if "=" in args.config and not args.config.endswith((".yaml", ".yml")):
@@ -98,16 +101,16 @@ def shared_value(config, key: str):
     return config.small_batch_size if key == "train.small_batch_size" else getattr(getattr(config, section), name)
 
 
-def check_group(members: list, resolved: list, devices: list) -> None:
+def check_group(resolved: list, devices: list) -> None:
     """GroupRefused unless the runs can train together: distinct run directories, none
     finished, the shared keys and the device equal."""
-    dirs = {}
-    for (config, run_dir, ckpt), text in zip(resolved, members):
+    dirs = {}                               # run directory -> the member (from 1) that trains there
+    for number, (config, run_dir, ckpt) in enumerate(resolved, 1):
         key = run_dir.resolve()
         if key in dirs:
-            raise GroupRefused(f"--group: {dirs[key]!r} and {text!r} both train in {run_dir}; give "
-                               f"each run its own run.dir")
-        dirs[key] = text
+            raise GroupRefused(f"--group: members {dirs[key]} and {number} both train in {run_dir}; "
+                               f"give each run its own run.dir")
+        dirs[key] = number
         if ckpt is not None and TrainingProgress.from_dict(ckpt["progress"]).finished:
             raise GroupRefused(f"--group: {run_dir} has already finished training (last.pt: epoch "
                                f"{ckpt['progress']['epoch'] - 1} done); leave it out of the group")
@@ -140,7 +143,7 @@ def resolve_members(members: list[str]) -> tuple[list, list]:
             devices.append(select_device(resolved[-1][0].run.device))
         except SETUP_ERRORS as e:
             raise GroupRefused(f"--group member {index + 1} ({text!r}): {e}") from None
-    check_group(members, resolved, devices)
+    check_group(resolved, devices)
     return parsed, resolved
 
 

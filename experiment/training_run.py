@@ -56,7 +56,9 @@ def parse_args(argv=None):
                              "RUN_DIR/finetune unless run.dir is given")
     parser.add_argument("--dry-run", action="store_true",
                         help="build data and model, print the resolved config and a JSON summary, exit")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: $AWD_DATA_DIR)")
+    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the config's data.data_dir, "
+                                               "else $AWD_DATA_DIR, else the repository's corpora/; a corpus "
+                                               "missing from the folder is downloaded into it)")
     parser.add_argument("--group", nargs="+", metavar="RUN",
                         help="train several runs in lockstep in this process, each RUN what train.py "
                              "takes for it alone, quoted: \"CONFIG key=value ...\", \"--resume RUN_DIR\" "

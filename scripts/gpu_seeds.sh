@@ -1,50 +1,98 @@
 #!/usr/bin/env bash
 # Issue 45's GPU job (docs/results_cpu.md, "What a GPU added"): more converged seeds of the
 # miniature study's cells. sweeps/gpu_converged_seeds.yaml is trained GROUP runs at a time
-# (sweep.py --group, default 2: two seeds of one head), each run evaluated and ranked as the
-# CPU's are, within BUDGET seconds (default 540); its output in $OUT (default
-# results/gpu_seeds_<date>; the device tool sets OUT itself):
+# (sweep.py --group, default 2), each run evaluated and ranked as the CPU's are, within BUDGET
+# seconds (default 500); its output in $OUT (default results/gpu_seeds_<date>; the device tool
+# sets OUT itself):
 #   env.txt        nvidia-smi, torch / CUDA / cuDNN versions
 #   sweep.txt      sweep.py's output
-#   seeds.tar.gz   the finished runs' result files (trained, evaluated and ranked; no checkpoints),
-#                  to unpack into results/cpu_ptb_converged/, where the reports pool them with
-#                  the CPU's seeds
-# A run not finished when the budget ends stops with its last.pt in RUNS (default runs/gpu_seeds/,
-# ignored by git): the same command again within the device tool's ~30 s of warmth resumes it on the same
-# machine; after that it is lost. On an H200 a converged miniature run takes 8-10 minutes alone and
-# a group of 2 about 8 minutes for both (docs/gpus.md, "Group runs"): one job of 10 minutes converges
-# a group of 2, two jobs back to back perhaps a group of 4 (GROUP=4).
-# Needs the PTB corpus in corpora/ptb (as scripts/gpu_group_check.sh). FAST=1: tiny shapes on the
-# CPU, to check the script itself (tests/test_scripts.py, with a PLAN of two runs); EXTRA: key=value
-# overrides for every run.
+#   seeds.tar.gz   the runs this job finished (trained, evaluated and ranked; result files, no
+#                  checkpoints), to unpack into results/cpu_ptb_converged/, where the reports pool
+#                  them with the CPU's seeds (docs/results_cpu.md says how)
+# The runs train in RUNS, by default the plan's own folder (results/cpu_ptb_converged/), so a
+# later job skips every run already committed there and trains the next ones; only the runs this
+# job finished are packed. A run not finished when the budget ends stops with its last.pt there:
+# the same command again within the device tool's ~30 s of warmth resumes it on the same machine;
+# after that it is lost. On an H200 a converged miniature run takes 8-10 minutes alone; a group of
+# 2 about 8 minutes for both is an estimate from a one-step benchmark (docs/gpus.md, "Group
+# runs"), not a trained group: the first window tells.
+# Environment:
+#   GROUP=N       runs per group (default 2; a group pairs the plan's next unfinished runs, in its
+#                 order, whatever their heads)
+#   BUDGET=S      seconds for sweep.py (default 500, so that the packing fits a 600-s job)
+#   DRY_RUN=1     print what sweep.py would train (its --dry-run) and stop
+#   EXTRA='k=v'   overrides for every run, after FAST's (so they win)
+#   FAST=1        tiny shapes on the CPU, to check the script itself (tests/test_scripts.py runs
+#                 it with a PLAN of two runs on a slice of PTB through EXTRA's data.data_dir)
+#   PLAN, RUNS, OUT, PYTHON
+# The PTB corpus: AWD_DATA_DIR, or corpora/ptb in the repository (the device tool's machine has
+# no network: copy it there, `cp -r "$AWD_DATA_DIR/ptb" corpora/`, and carry corpora).
+# A machine held for hours trains the whole plan in one call, e.g. GROUP=10 BUDGET=7200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-results/gpu_seeds_$(date -u +%F)}"
 PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+PLAN="${PLAN:-sweeps/gpu_converged_seeds.yaml}"
+GROUP="${GROUP:-2}"
+BUDGET="${BUDGET:-500}"
+for setting in "GROUP=$GROUP" "BUDGET=$BUDGET"; do
+  if ! [[ "${setting#*=}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "gpu_seeds: error: ${setting%%=*} must be a whole number above 0, got '${setting#*=}'" >&2
+    exit 2
+  fi
+done
 export PYTHONUNBUFFERED=1
-runs="${RUNS:-runs/gpu_seeds}"
-mkdir -p "$OUT"
+if ! runs="${RUNS:-$("$PYTHON" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["out"])' "$PLAN" 2>/dev/null)}" \
+   || [ -z "$runs" ]; then
+  echo "gpu_seeds: error: $PLAN: cannot read the plan's out folder (set RUNS)" >&2
+  exit 2
+fi
 if [ "${FAST:-0}" = 1 ]; then
   small=(model.nhid=24 train.batch_size=4 train.bptt=8 train.eval_batch_size=2 train.epochs=1 run.device=cpu)
 else
   small=()
 fi
+# EXTRA last: a key it sets wins over FAST's.
+overrides=("${small[@]}")
+read -r -a extra <<< "${EXTRA:-}"
+overrides+=("${extra[@]}")
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  exec "$PYTHON" sweep.py "$PLAN" --group "$GROUP" --out "$runs" --dry-run "${overrides[@]}"
+fi
+
+finished_runs() {   # the run folders in $runs with both an evaluation and a rank, one a line
+  for run in "$runs"/*/; do
+    run="${run%/}"
+    [ -f "$run/eval_best.json" ] && [ -f "$run/rank_test.json" ] && basename "$run"
+  done
+}
+OUT="${OUT:-results/gpu_seeds_$(date -u +%F)}"
+mkdir -p "$OUT"
 { nvidia-smi 2>&1 || echo "nvidia-smi: not found"
   "$PYTHON" -c "import torch; print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| cuDNN', torch.backends.cudnn.version(), '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
 } > "$OUT/env.txt"
+before="$(finished_runs)"
 # SIGTERM at the budget: sweep.py passes it on, each training run saves last.pt and stops.
-timeout --kill-after=60 "${BUDGET:-540}" "$PYTHON" sweep.py "${PLAN:-sweeps/gpu_converged_seeds.yaml}" \
-  --group "${GROUP:-2}" --out "$runs" ${EXTRA:-} "${small[@]}" > "$OUT/sweep.txt" 2>&1
+timeout --kill-after=60 "$BUDGET" "$PYTHON" sweep.py "$PLAN" --group "$GROUP" --out "$runs" \
+  "${overrides[@]}" > "$OUT/sweep.txt" 2>&1
 status=$?
-finished=()
-for run in "$runs"/*/; do
-  run="${run%/}"
-  [ -f "$run/eval_best.json" ] && [ -f "$run/rank_test.json" ] && finished+=("$(basename "$run")")
-done
-if [ ${#finished[@]} -gt 0 ]; then
-  tar -czf "$OUT/seeds.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' --exclude='.sweep.lock' \
-    --exclude='sweep.log' "${finished[@]}" || status=1
+new=()
+while read -r name; do
+  [ -n "$name" ] && ! grep -qxF "$name" <<< "$before" && new+=("$name")
+done <<< "$(finished_runs)"
+packed="no seeds.tar.gz written"
+if [ ${#new[@]} -gt 0 ]; then
+  if tar -czf "$OUT/seeds.tar.gz" -C "$runs" --exclude='*.pt' --exclude='.lock' --exclude='.sweep.lock' \
+       --exclude='sweep.log' "${new[@]}"; then
+    packed="packed in $OUT/seeds.tar.gz"
+  else
+    status=1
+  fi
 fi
-echo "gpu_seeds: ${#finished[@]} runs finished (${finished[*]:-none}) in $OUT/seeds.tar.gz; sweep status $status" \
+echo "gpu_seeds: ${#new[@]} runs finished in this job (${new[*]:-none}), $packed; sweep status $status" \
   | tee -a "$OUT/sweep.txt"
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then
+  { echo "gpu_seeds: sweep.py failed (status $status); from $OUT/sweep.txt:"
+    grep -m 1 -i "error" "$OUT/sweep.txt"
+    tail -n 3 "$OUT/sweep.txt" | head -n 2; } >&2
+fi
 exit $(( status == 124 ? 0 : status ))

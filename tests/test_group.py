@@ -476,7 +476,8 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("case, expected", [
     ("shapes", r"--group: model\.nhid is 24 for .* but 32 for .*; a group's runs share"),
-    ("same dir", r"--group: .* both train in .*; give each run its own run.dir"),
+    ("same dir", r"--group: members 1 and 2 both train in \S+; give each run its own run.dir$"),
+    ("flag first", r"--group member 2 \('--resum runs/g1'\): --resum: a member takes a config and key=value"),
     ("finished", r"--group: .* has already finished training"),
     ("member", r"--group member 2 \('configs/ptb_mini/softmax.yaml --seed 3'\): --seed: a member takes"),
     ("unquoted", r"--group member 2 \('train.seed=3'\): a key=value override, not a config file; each run "
@@ -490,6 +491,8 @@ def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_ru
               "finished": [["--resume", str(tiny_run)]]}
     if case == "member":
         arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --seed 3"]
+    elif case == "flag first":
+        arguments = ["--group", shlex.join(a), "--resum runs/g1"]
     elif case == "unquoted":
         arguments = ["--group", shlex.join(a), "train.seed=3"]
     elif case == "typo":

@@ -16,6 +16,7 @@ import resource
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -364,6 +365,9 @@ def test_plan_options_and_config_options_do_not_mix(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["configs/ptb/softmax.yaml", "--report", "--out", "x"])
     assert "--report runs a plan's report commands" in capsys.readouterr().err
+    assert sweep.main(["sweeps/gpu_converged_seeds.yaml", "--report", "--out", "x"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: sweeps/gpu_converged_seeds.yaml: the plan has no report: section, so --report has nothing to run")
     with pytest.raises(LaunchError, match="plan file not found"):
         load_plan("sweeps/nope.yaml")
 
@@ -495,3 +499,18 @@ def test_a_failing_report_does_not_stop_the_others(tmp_path, capsys):
     assert sweep.main([str(plan), "--report", "--out", str(empty)]) == 2
     assert "error: 3 of the plan's 3 reports failed (table, methods, curves); none was written" in \
         capsys.readouterr().err
+
+
+def test_a_dry_run_piped_into_head_ends_without_a_traceback():
+    """A newcomer's `sweep.py PLAN --dry-run | head -3` printed a BrokenPipeError traceback. Here
+    the reader is gone before the first line (a pipe whose reading end is closed), so every write
+    fails as head's going away makes it: one quiet exit, 141 as a Unix tool ends there."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "sweep.py", "sweeps/cpu_converged_heads.yaml", "--dry-run"],
+                                stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+                                cwd=Path(__file__).resolve().parents[1])
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141 and result.stderr == "", result.stderr

@@ -164,11 +164,12 @@ def test_the_gpu_seeds_script_packs_the_finished_runs(small_data, tmp_path):
                               env=dict(env, OUT=str(out), BUDGET=str(budget)))
     first = job(tmp_path / "out1", 1)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "0 runs finished (none)" in first.stdout and not (tmp_path / "out1" / "seeds.tar.gz").exists()
+    assert "0 runs finished in this job (none), no seeds.tar.gz written" in first.stdout
+    assert not (tmp_path / "out1" / "seeds.tar.gz").exists()
     second = job(tmp_path / "out2", 600)
     assert second.returncode == 0, second.stdout + second.stderr
     names = ["ptb-mos-seed4", "ptb-softmax-seed4"]
-    assert f"2 runs finished ({' '.join(names)})" in second.stdout
+    assert f"2 runs finished in this job ({' '.join(names)}), packed in" in second.stdout
     assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["env.txt", "seeds.tar.gz", "sweep.txt"]
     with tarfile.open(tmp_path / "out2" / "seeds.tar.gz") as archive:
         files = set(archive.getnames())
@@ -179,3 +180,21 @@ def test_the_gpu_seeds_script_packs_the_finished_runs(small_data, tmp_path):
             assert f"{name}/{result}" in files, (name, result)
     assert not any(f.endswith((".pt", "lock", "sweep.log")) for f in files)
     assert [Path(r).name for r in info["groups"][0]["runs"]] == sorted(names, reverse=True)   # plan order
+    # a later job skips what is finished and packs nothing it did not train
+    third = job(tmp_path / "out3", 600)
+    assert third.returncode == 0 and "0 runs finished in this job (none), no seeds.tar.gz written" in third.stdout
+    assert "skip" in (tmp_path / "out3" / "sweep.txt").read_text()
+    # EXTRA comes after FAST's overrides, so a key it sets wins; DRY_RUN prints the plan and stops
+    dry = subprocess.run(["bash", "scripts/gpu_seeds.sh"], capture_output=True, text=True, timeout=120,
+                         env=dict(env, DRY_RUN="1", RUNS=str(tmp_path / "fresh"), EXTRA="train.epochs=3"))
+    line = next(l for l in dry.stdout.splitlines() if "train.py" in l)
+    assert dry.returncode == 0 and line.index("train.epochs=1") < line.index("train.epochs=3"), dry.stdout
+    assert not (tmp_path / "fresh").exists()
+    # bad settings: one line, exit 2, before anything runs
+    for setting in ({"GROUP": "0"}, {"BUDGET": "abc"}):
+        bad = subprocess.run(["bash", "scripts/gpu_seeds.sh"], capture_output=True, text=True, timeout=60,
+                             env=dict(env, OUT=str(tmp_path / "bad"), **setting))
+        name, value = next(iter(setting.items()))
+        assert bad.returncode == 2 and bad.stderr.strip() == (
+            f"gpu_seeds: error: {name} must be a whole number above 0, got '{value}'"), bad.stderr
+    assert not (tmp_path / "bad").exists()

@@ -298,6 +298,26 @@ def test_every_two_rows_with_their_interval_and_holms_p(runs, tmp_path):
     assert "MoS" not in section and "## wikitext-2: every two rows" not in (tmp_path / "t.md").read_text()
 
 
+def test_a_row_of_cpu_and_gpu_seeds_gives_its_epoch_time_per_device(runs, tmp_path):
+    """Seeds trained on a GPU pooled with a CPU's (the GPU seeds plan): the time column keeps the
+    devices apart rather than averaging minutes with seconds."""
+    for seed in (2, 3):
+        info = json.loads((runs / f"ptb-softmax-seed{seed}" / "run.json").read_text())
+        info["device_name"] = "cuda (NVIDIA H200)"
+        (runs / f"ptb-softmax-seed{seed}" / "run.json").write_text(json.dumps(info))
+        metrics = runs / f"ptb-softmax-seed{seed}" / "metrics.jsonl"
+        metrics.write_text("".join(json.dumps({**json.loads(line), "seconds": 4.0}) + "\n"
+                                   for line in metrics.read_text().splitlines()))
+    info = json.loads((runs / "ptb-softmax-seed1" / "run.json").read_text())
+    (runs / "ptb-softmax-seed1" / "run.json").write_text(json.dumps({**info, "device": "cpu"}))
+    assert report.main(["table", str(runs), "--out", str(tmp_path / "t")]) == 0
+    line = next(l for l in (tmp_path / "t.md").read_text().splitlines() if l.startswith("| Softmax |"))
+    assert line.startswith("| Softmax | 3 | 24.22M | 52.0 on cpu, 4.0 on cuda |")
+    softmax = read_csv(tmp_path / "t.csv")["Softmax"]
+    assert softmax["seconds_per_epoch"] == "" and softmax["seconds_per_epoch_by_device"] == "cpu:52.0;cuda:4.0"
+    assert read_csv(tmp_path / "t.csv")["SS"]["seconds_per_epoch"] == "60.0"
+
+
 def test_run_directories_below_a_folder_but_not_inside_a_run(runs):
     make_run(runs / "ptb-softmax-seed1", "finetune", "softmax", 1)     # train.py --finetune's place
     make_run(runs / "more", "ptb-mos-seed1", "mos", 1)
