@@ -338,3 +338,25 @@ def test_the_claims_tested_quote_the_reports_intervals():
             quoted_holm += 1
     assert quoted_holm >= 8
     assert pooled in " ".join(readme_section().split()), "README's claims that stand do not quote MoS over d"
+
+
+def test_the_readme_quotes_the_reports_intervals_and_holms_p():
+    """Every interval the front page's results quote is one a committed report prints, and every
+    Holm's p it quotes is a report's Holm's p column value: new seeds that move a report leave no
+    stale figure on the front page."""
+    reports = "".join(f.read_text(encoding="utf-8") for study in (SIX, CONVERGED)
+                      for f in (REPO / "results" / study / "report").glob("*.md"))
+    holm_values = set()
+    for table in tables(reports):
+        header, _, *rows = table.splitlines()
+        if header.rstrip(" |").split("| ")[-1].startswith("Holm's p"):
+            holm_values |= {row.strip("| ").split(" | ")[-1] for row in rows}
+    section = " ".join(readme_section().split())
+    intervals = re.findall(r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]*\d", section)
+    assert len(intervals) >= 8
+    for interval in intervals:
+        assert interval in reports, interval
+    quoted = re.findall(r"Holm's p (?:is )?([\d.]+(?:e-\d+)?)", section)
+    assert len(quoted) >= 5
+    for value in quoted:
+        assert value in holm_values, value
