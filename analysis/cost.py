@@ -28,7 +28,8 @@ from typing import Sequence
 from experiment.run_directory import CPU_TIMES, FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import config_value, head_label, head_order, markdown_table, read_metrics, read_run_config, write_csv
+from .runs import (config_value, head_label, head_order, markdown_table, read_json, read_metrics, read_run_config,
+                   write_csv)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Cost:
     cpu_lower_bound: bool         # epochs whose CPU time is in no record: train_cpu_s is at least
     estimated: tuple[str, ...]    # how, for each line that stands for a missing sitting
     processors: tuple[str, ...]   # the CPU models its lines ran on ("unrecorded": lines before sweep.py said)
+    device: str = "unrecorded"    # where it trained (training_device): a GPU run's CPU time is its host's
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.split()[0] == "cuda"
 
     @property
     def cpu_s(self) -> float:
@@ -81,6 +87,21 @@ def read_cpu_times(path: Path) -> list[dict]:
     return records
 
 
+def training_device(run_dir: Path, info: dict) -> str:
+    """Where a run trained: run.json's device_name; for an older CPU run without one, the
+    processors its cpu_times.jsonl's train.py lines name (written since before run.json named
+    them), else run.json's bare device."""
+    if info.get("device_name"):
+        return info["device_name"]
+    device = info.get("device") or "unrecorded"
+    if device == "cpu" and (run_dir / CPU_TIMES).is_file():
+        processors = sorted({line["processor"] for line in read_cpu_times(run_dir / CPU_TIMES)
+                             if line.get("script") == "train.py" and line.get("processor")})
+        if processors:
+            return f"cpu ({' and '.join(processors)})"
+    return device
+
+
 def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
     path = run_dir / CPU_TIMES
     if not path.is_file():
@@ -99,7 +120,8 @@ def read_cost(run_dir: Path, name: str, finetune: bool) -> Cost | None:
                 sum(r["wall_s"] for r in records), len(train), len(metrics), every_sitting,
                 not every_sitting and any("cpu_seconds" not in m for m in metrics),
                 tuple(str(r["estimated"]) for r in train if "estimated" in r),
-                tuple(sorted({str(r.get("processor", "unrecorded")) for r in records})))
+                tuple(sorted({str(r.get("processor", "unrecorded")) for r in records})),
+                training_device(run_dir, read_json(run_dir / "run.json") or {}))
 
 
 def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
@@ -123,31 +145,44 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     # A killed sitting without its line: at least one sitting more than the lines count.
     missing = lambda c: int(not c.every_sitting and not c.estimated)   # noqa: E731
     sittings = lambda n, more: f"≥ {n + more}" if more else str(n)   # noqa: E731
+    # Runs trained on a GPU: their rows give the host's CPU time, which is not what they cost, so
+    # the table says where each trained and the totals are the CPU runs'.
+    gpu = [c for c in costs if c.on_gpu]
     header = ["Run", "Head", "d", "Seed", "Stage", "train.py sittings", "Epochs", "Train CPU s/epoch",
-              "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h", "Processor"]
+              "Train CPU h", "Evaluate / rank CPU h", "CPU h", "Wall h", "Processor",
+              *(["Trained on"] if gpu else [])]
     lines = [[f"`{c.run}`", head_label(c.head), str(c.emsize), str(c.seed),
               "finetuning" if c.finetune else "training", sittings(c.sittings, missing(c)), str(c.epochs),
               per_epoch(c) + marked(c), hours(c.train_cpu_s, c.cpu_lower_bound) + marked(c),
               hours(c.other_cpu_s), hours(c.cpu_s, c.cpu_lower_bound) + marked(c),
-              hours(c.wall_s, not c.every_sitting) + marked(c), ", ".join(c.processors)]
+              hours(c.wall_s, not c.every_sitting) + marked(c), ", ".join(c.processors),
+              *([c.device] if gpu else [])]
              for c in costs]
-    total = sum(c.cpu_s for c in costs)
-    cpu_at_least = any(c.cpu_lower_bound for c in costs)
-    any_marked = "*" if any(c.estimated for c in costs) else ""
-    lines.append(["**all**", "", "", "", "", sittings(sum(c.sittings for c in costs), sum(map(missing, costs))),
-                  str(sum(c.epochs for c in costs)), "",
-                  hours(sum(c.train_cpu_s for c in costs), cpu_at_least) + any_marked,
-                  hours(sum(c.other_cpu_s for c in costs)), f"**{hours(total, cpu_at_least)}**{any_marked}",
-                  hours(sum(c.wall_s for c in costs), not all(c.every_sitting for c in costs)) + any_marked,
-                  ""])
+    counted = costs
+    if gpu:
+        counted = [c for c in costs if not c.on_gpu]
+    total = sum(c.cpu_s for c in counted)
+    cpu_at_least = any(c.cpu_lower_bound for c in counted)
+    any_marked = "*" if any(c.estimated for c in counted) else ""
+    lines.append(["**all**" if not gpu else "**all on a CPU**", "", "", "", "",
+                  sittings(sum(c.sittings for c in counted), sum(map(missing, counted))),
+                  str(sum(c.epochs for c in counted)), "",
+                  hours(sum(c.train_cpu_s for c in counted), cpu_at_least) + any_marked,
+                  hours(sum(c.other_cpu_s for c in counted)), f"**{hours(total, cpu_at_least)}**{any_marked}",
+                  hours(sum(c.wall_s for c in counted), not all(c.every_sitting for c in counted)) + any_marked,
+                  "", *([""] if gpu else [])])
     markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
                 f"from their {CPU_TIMES} and the epochs' cpu_seconds in metrics.jsonl: "
-                f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all. Train CPU: "
+                f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all"
+                f"{' (the runs trained on a CPU)' if gpu else ''}. Train CPU: "
                 f"every train.py sitting's, its start-up included, or where a killed sitting left no "
                 f"line, the epochs' own. Train CPU s/epoch: that time over the epochs in metrics.jsonl "
                 f"(validation included; a sitting stopped mid-epoch adds its part-epoch), much less "
                 f"changed than wall time when runs share the cores; compare it between runs of one "
                 f"processor.\n\n"
+                + (f"{len(gpu)} of them trained on a GPU (Trained on): their rows give the CPU time of "
+                   f"the GPU's host, not their cost, and the totals leave them out; their wall hours "
+                   f"are in their rows.\n\n" if gpu else "")
                 + markdown_table(header, lines))
     if not all(c.every_sitting for c in costs):
         markdown += ("\n≥: a sitting of train.py ended without its line in cpu_times.jsonl (killed): "

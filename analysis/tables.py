@@ -50,12 +50,10 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from experiment.run_directory import CPU_TIMES
-
 from . import AnalysisError
 from .comparisons import (AtCommonEpoch, at_common_epoch, common_epoch_table, pairs_table, seed_spread_line,
                           test_difference)
-from .cost import read_cpu_times
+from .cost import training_device
 from .pooling import compared, differing_keys, refuse_unlike, resolved
 from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
                         same_value)
@@ -88,21 +86,6 @@ class RunResult:
     def setting(self) -> dict:
         """What seeds of one configuration share (pooling.compared)."""
         return compared(self.config)
-
-
-def training_device(run_dir: Path, info: dict) -> str:
-    """Where a run trained: run.json's device_name; for an older CPU run without one, the
-    processors its cpu_times.jsonl's train.py lines name (written since before run.json named
-    them), else run.json's bare device."""
-    if info.get("device_name"):
-        return info["device_name"]
-    device = info.get("device") or "unrecorded"
-    if device == "cpu" and (run_dir / CPU_TIMES).is_file():
-        processors = sorted({line["processor"] for line in read_cpu_times(run_dir / CPU_TIMES)
-                             if line.get("script") == "train.py" and line.get("processor")})
-        if processors:
-            return f"cpu ({' and '.join(processors)})"
-    return device
 
 
 def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:

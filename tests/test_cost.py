@@ -155,3 +155,23 @@ def test_each_run_names_the_processors_its_lines_ran_on(tmp_path, capsys):
     rows, text = cost_rows(runs, tmp_path, capsys)
     assert "| 0.10 | 0.01 | 0.11 | 0.11 | AMD EPYC, unrecorded |" in text and "| 0.10 | 0.10 | AMD EPYC |" in text
     assert rows["a"]["processors"] == "AMD EPYC; unrecorded"
+
+
+def test_a_run_trained_on_a_gpu_is_marked_and_left_out_of_the_cpu_totals(tmp_path, capsys):
+    """GPU seeds pooled with a CPU's (the converged study's folder): their cpu_times lines hold the
+    GPU host's CPU time, which is not what they cost; the table says where each run trained and
+    the CPU-hours are the CPU runs'. A folder of CPU runs alone keeps its layout."""
+    runs = tmp_path / "runs"
+    make_run(runs, "a", "softmax", [("train.py", 3600, 3700)], epochs=2)
+    (runs / "a" / "run.json").write_text(json.dumps({"device": "cpu", "device_name": "cpu (AMD EPYC)"}))
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert "Trained on" not in text and "| **all** |" in text
+    make_run(runs, "b", "softmax", [("train.py", 720, 600)], seed=2, epochs=2)
+    (runs / "b" / "run.json").write_text(json.dumps({"device": "cuda", "device_name": "cuda (NVIDIA H200)"}))
+    rows, text = cost_rows(runs, tmp_path, capsys)
+    assert "1.00 CPU-hours in all (the runs trained on a CPU)" in text
+    assert "1 of them trained on a GPU (Trained on)" in text
+    header = next(line for line in text.splitlines() if line.startswith("| Run |"))
+    assert header.endswith("| Processor | Trained on |")
+    assert next(l for l in text.splitlines() if l.startswith("| `b` |")).endswith("| cuda (NVIDIA H200) |")
+    assert next(l for l in text.splitlines() if l.startswith("| **all on a CPU** |")).split(" | ")[5] == "1"
