@@ -3,7 +3,9 @@
 MoS runs are grouped by head.components (K), head.dropoutl and train.asgd_trigger; each group is
 one point, its numbers the means over its runs (seeds of one configuration: runs of a group that
 differ in another compared key are refused, pooling.py): parameters (run.json), train perplexity
-(metrics.jsonl, best epoch), test perplexity (eval_best.json), Press rank (rank_test.json).
+(metrics.jsonl, best epoch), test perplexity (eval_best.json; ± its runs' sample std), Press rank
+(rank_test.json). The table sets each point's test perplexity against the point before it in the
+sweep (Welch on log ppl, stats.py), so that a step in K is read against the seeds' spread.
 
 - capacity (Figure 6): per dataset, train and test perplexity against K (left axis) and the
   parameter count against K (right axis), for the runs at dropoutl 0.29.
@@ -16,6 +18,7 @@ the measured runs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -26,6 +29,7 @@ from . import AnalysisError
 from .figures import prefixed, pyplot, save
 from .published import SM_TABLE12, SM_TABLES_4_5, PublishedRow, dataset_label, same_value
 from .runs import dataset_order, head_label, markdown_table
+from .stats import welch
 from .tables import Row, group_rows, read_run
 
 KEYS = ("head.components", "head.dropoutl", "train.asgd_trigger")
@@ -42,6 +46,7 @@ class Point:
     train_ppl: float | None
     test_ppl: float | None
     press_rank: float | None
+    test_logs: tuple[float, ...] = ()     # each run's log test ppl (the step's Welch interval)
 
     def label(self, sweep: str) -> str:
         return f"K={self.components}" if sweep == "components" else f"dropoutl={self.dropoutl:g}"
@@ -55,7 +60,8 @@ def measured_point(row: Row) -> Point:
     components, dropoutl, trigger = row.group
     params = _mean(row.values("params"))
     return Point(components, dropoutl, trigger, len(row.runs), None if params is None else params / 1e6,
-                 _mean(row.values("train_ppl")), _mean(row.values("test_ppl")), _mean(row.values("press_rank")))
+                 _mean(row.values("train_ppl")), _mean(row.values("test_ppl")), _mean(row.values("press_rank")),
+                 tuple(math.log(v) for v in row.values("test_ppl")))
 
 
 def paper_point(row: PublishedRow) -> Point:
@@ -202,15 +208,20 @@ def points_table(points: dict[str, list[Point]], names: Sequence[str]) -> str:
         for name in names:
             reference, source = paper_points(dataset, name)
             by_value = {p.label(name): p for p in reference}
-            rows = []
+            rows, before = [], {}          # the previous point of each trigger's series
             for p in sweep(dataset_points, name):
                 ref = by_value.get(p.label(name)) if p.trigger == "nt" else None
+                previous = before.get(p.trigger)
+                step = ("" if previous is None or not p.test_logs or not previous.test_logs
+                        else f"{welch(p.test_logs, previous.test_logs).describe()} against {previous.label(name)}")
+                spread = f" ± {np.std(np.exp(p.test_logs), ddof=1):.2f}" if len(p.test_logs) > 1 else ""
                 rows.append([p.label(name), p.trigger or "—", str(p.runs), show(p.params),
                              show(ref and ref.params), show(p.train_ppl), show(ref and ref.train_ppl),
-                             show(p.test_ppl), show(ref and ref.test_ppl), show(p.press_rank, 0),
-                             show(ref and ref.press_rank, 0)])
+                             show(p.test_ppl) + spread, show(ref and ref.test_ppl), step,
+                             show(p.press_rank, 0), show(ref and ref.press_rank, 0)])
+                before[p.trigger] = p
             header = ["Setting", "ASGD", "Runs", "Params (M)", "[SB]", "Train ppl", "[SB]", "Test ppl",
-                      "[SB]", "Press rank", "[SB]"]
+                      "[SB]", "Test ppl vs the point before: % [95% CI], p", "Press rank", "[SB]"]
             parts.append(f"## {dataset_label(dataset)}, {dict(PANELS)[name]}\n\n"
                          + (markdown_table(header, rows) if rows else "No runs.\n")
                          + (f"\n[SB] columns: {source}, NT-ASGD runs (shown beside NT-ASGD runs only).\n"

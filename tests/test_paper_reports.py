@@ -16,6 +16,7 @@ import yaml
 from scipy import stats
 
 import report
+from analysis.stats import format_p
 from analysis.correlation import collect_points, pearson_r, r_with_interval
 from analysis.mos_sweeps import collect, paper_points, sweep
 from analysis.published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS
@@ -271,7 +272,15 @@ def test_capacity_and_rank_figures(mos_runs, tmp_path):
     markdown = (tmp_path / "capacity.md").read_text()
     assert markdown.startswith("# [SB] Figure 6")
     k5 = table_line(markdown, "K=5")               # PTB first: measured beside SM Table 4
-    assert k5[:5] == ["K=5", "nt", "2", "19.87", "19.75"] and k5[7:9] == [f"{56.0 + 2 + 0.15:.2f}", "58.38"]
+    k5_ppl, k10_ppl = [56.0 + 2 + seed / 10 for seed in (1, 2)], [56.0 + 1 + seed / 10 for seed in (1, 2)]
+    assert k5[:5] == ["K=5", "nt", "2", "19.87", "19.75"] and k5[7:10] == [
+        f"{np.mean(k5_ppl):.2f} ± {np.std(k5_ppl, ddof=1):.2f}", "58.38", ""]          # the first point
+    # each point against the one before it in the sweep: Welch on log test ppl (scipy's)
+    welch = stats.ttest_ind(np.log(k10_ppl), np.log(k5_ppl), equal_var=False)
+    low, high = welch.confidence_interval(0.95)
+    change = 100 * math.expm1(np.log(k10_ppl).mean() - np.log(k5_ppl).mean())
+    assert table_line(markdown, "K=10")[9] == (f"{change:+.1f}% [{100 * math.expm1(low):+.1f}, "
+                                               f"{100 * math.expm1(high):+.1f}], p = {format_p(welch.pvalue)} against K=5")
     assert (tmp_path / "capacity.png").read_bytes()[:8] == PNG
     assert report.main(["mos-rank", str(mos_runs), "--out", str(tmp_path / "figure5")]) == 0
     markdown = (tmp_path / "figure5.md").read_text()
