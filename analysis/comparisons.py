@@ -114,12 +114,15 @@ def pairs_table(pairs: Sequence[tuple[str, object, str, object]], what: str,
     if not compared:
         return None
     adjusted = holm([1.0 if e.p is None else e.p for *_, e in compared])
-    lines = [[name, f"{n} and {m}", estimate.describe(), "—" if estimate.p is None else format_p(p)]
+    lines = [[name, f"{n} and {m}" + ("" if estimate.df is None else f" ({estimate.df:.1f})"),
+              estimate.describe(), "—" if estimate.p is None else format_p(p)]
              for (name, n, m, estimate), p in zip(compared, adjusted)]
-    header = ["pair", "n", "test ppl: % [95% CI], p", f"Holm's p (over the {len(lines)} pairs)"]
+    header = ["pair", "n (Welch's df)", "test ppl: % [95% CI], p", f"Holm's p (over the {len(lines)} pairs)"]
     return (markdown_table(header, lines)
             + f"\n{what}, each pair with two runs or more a side: the first's test ppl against "
               f"the second's (the change of the ratio of their geometric means, Welch's t-test on "
-              f"log ppl). Each p is the pair's alone, and a difference of zero gives p "
-              f"below 0.05 in one pair of twenty; a pair whose Holm's p is below 0.05 stands with "
+              f"log ppl; n: the runs a side, and in brackets the Welch-Satterthwaite degrees of "
+              f"freedom, few with 2 or 3 runs a side, where the p rests on log ppl being near normal "
+              f"over seeds). Each p is the pair's alone, and a difference of zero gives p below 0.05 "
+              f"in one pair of twenty; a pair whose Holm's p is below 0.05 stands with "
               f"the chance of any false finding among these {len(lines)} pairs held to 5%.\n")

@@ -43,16 +43,28 @@ class Estimate:
         return percent(self.value)
 
     def describe(self) -> str:
-        """"-5.8% [-9.1, -2.4], p = 0.0042", or "-5.8% (n = 1: no interval)"."""
+        """"-5.8% [-9.1, -2.4], p = 0.0042", or "-5.8% (n = 1: no interval)". A bound that would
+        print as +0.0 or -0.0 gets the digits that show its side of zero ("[+0.03, +3.1]"), so
+        that an interval read as touching zero is not one with p < 0.05."""
         text = f"{self.percent:+.1f}%"
         if self.why_not:
             return f"{text} ({self.why_not}: no interval)"
-        return f"{text} [{percent(self.low):+.1f}, {percent(self.high):+.1f}], p = {format_p(self.p)}"
+        return (f"{text} [{format_bound(percent(self.low))}, {format_bound(percent(self.high))}], "
+                f"p = {format_p(self.p)}")
 
 
 def percent(log_ratio: float) -> float:
     """A difference of log perplexities as the change of the perplexity ratio, in percent."""
     return 100 * math.expm1(log_ratio)
+
+
+def format_bound(value: float) -> str:
+    """A bound in percent to one decimal, or to as many (up to four) as show it is not zero."""
+    for digits in range(1, 5):
+        text = f"{value:+.{digits}f}"
+        if value == 0 or text.strip("+-0.") != "":
+            return text
+    return text
 
 
 def format_p(p: float) -> str:

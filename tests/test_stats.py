@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 import numpy as np
 
-from analysis.stats import (combination, difference_of_differences, holm, pooled_spread, power, seeds_needed,
+from analysis.stats import (Estimate, combination, difference_of_differences, format_bound, holm, pooled_spread, power, seeds_needed,
                             welch)
 
 A = [4.80, 4.85, 4.79, 4.90]          # e.g. log test ppl of four seeds
@@ -141,3 +141,13 @@ def test_holm_by_hand():
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6]) and holm([0.7, 0.6]) == [1.0, 1.0]
     assert holm([0.02]) == [0.02] and holm([]) == []
+
+
+def test_a_bound_near_zero_shows_its_side():
+    """GSS against SS printed "+1.5% [+0.0, +3.1], p = 0.048": an interval that reads as touching
+    zero with p < 0.05. A bound that rounds to zero at one decimal gets the digits that show its
+    sign; the others keep one."""
+    estimate = Estimate(math.log(1.015), (3, 3), math.log(1.0003), math.log(1.031), 0.048, 3.9)
+    assert estimate.describe() == "+1.5% [+0.03, +3.1], p = 0.048"
+    assert format_bound(0.034) == "+0.03" and format_bound(-0.0004) == "-0.0004" and format_bound(-2.44) == "-2.4"
+    assert format_bound(0.0) == "+0.0" and format_bound(0.00001) == "+0.0000"

@@ -283,13 +283,13 @@ def test_every_two_rows_with_their_interval_and_holms_p(runs, tmp_path):
         welch = stats.ttest_ind(logs[first], logs[second], equal_var=False)
         low, high = welch.confidence_interval(0.95)
         change = 100 * math.expm1(logs[first].mean() - logs[second].mean())
-        expected.append((f"{first} against {second}", f"{len(logs[first])} and {len(logs[second])}",
+        expected.append((f"{first} against {second}", f"{len(logs[first])} and {len(logs[second])} ({welch.df:.1f})",
                          f"{change:+.1f}% [{100 * math.expm1(low):+.1f}, {100 * math.expm1(high):+.1f}], "
                          f"p = {format_p(welch.pvalue)}", welch.pvalue))
     ps = sorted(p for *_, p in expected)
     by_hand = {ps[0]: 3 * ps[0], ps[1]: max(3 * ps[0], 2 * ps[1]), ps[2]: max(3 * ps[0], 2 * ps[1], ps[2])}
     lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
-    assert lines[0] == "| pair | n | test ppl: % [95% CI], p | Holm's p (over the 3 pairs) |"
+    assert lines[0] == "| pair | n (Welch's df) | test ppl: % [95% CI], p | Holm's p (over the 3 pairs) |"
     assert lines[1:] == [f"| {pair} | {n} | {interval} | {format_p(min(1.0, by_hand[p]))} |"
                          for pair, n, interval, p in expected]
     # the pair against Softmax is the main table's interval
@@ -334,7 +334,7 @@ def test_seeds_left_out_of_the_t_test_only(runs, tmp_path):
     assert float(ss["test_change_p"]) == pytest.approx(welch.pvalue)
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean(SS_TEST))
     pair = next(l for l in (tmp_path / "t.md").read_text().splitlines() if l.startswith("| SS against Softmax |"))
-    assert pair.startswith("| SS against Softmax | 3 and 2 |") and f"p = {format_p(welch.pvalue)} |" in pair
+    assert pair.startswith(f"| SS against Softmax | 3 and 2 ({welch.df:.1f}) |") and f"p = {format_p(welch.pvalue)} |" in pair
 
 
 def test_bad_input_is_one_line(runs, tmp_path, capsys):
