@@ -53,7 +53,7 @@ from data.batching import SequenceLengthSampler, batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer, step_optimizers
 from experiment.config import Config
-from experiment.loading import device_name
+from experiment.loading import code_version, device_name
 from experiment.distributed import DistributedError, World, exit_process
 from evaluation.loop import evaluate_nll
 from experiment.progress import (EpochProgress, RunLog, SilentProgress, TrainingProgress, clock,
@@ -477,11 +477,25 @@ def start_trainer(run: PreparedRun, world: World, random_stream=None, label: str
     if world.is_main:
         keep_epochs(run.run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
         write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())
-        if run.resume_ckpt is None:
-            write_text_atomic(run.run_dir / "run.json", json.dumps(
-                {**run.identity, "device": str(run.device), "device_name": device_name(run.device),
-                 "world_size": world.size, "torch": torch.__version__}, indent=1) + "\n")
+        record_run(run, world, trainer.progress.epoch)
     return trainer
+
+
+def record_run(run: PreparedRun, world: World, epoch: int) -> None:
+    """run.json of a new run, with the code it starts on; a resumed run's gets one more "code"
+    entry where this sitting's code differs from the last one's (the epoch it took over at)."""
+    path = run.run_dir / "run.json"
+    version = {"from_epoch": epoch, **code_version()}
+    if run.resume_ckpt is None or not path.is_file():
+        info = {**run.identity, "device": str(run.device), "device_name": device_name(run.device),
+                "world_size": world.size, "torch": torch.__version__, "code": [version]}
+    else:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        last = (info.get("code") or [{}])[-1]
+        if {k: last.get(k) for k in ("commit", "modified")} == {k: version.get(k) for k in ("commit", "modified")}:
+            return
+        info.setdefault("code", []).append(version)
+    write_text_atomic(path, json.dumps(info, indent=1) + "\n")
 
 
 def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def processor_from_cpuinfo(text: str) -> str | None:
     if "cpu family" in fields and "model" in fields:
         return f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
     return fields["model name"]
+
+
+def code_version() -> dict:
+    """Which code trains: the repository's git commit and whether tracked files differ from it
+    (run.json keeps one entry per change of it over a run's sittings, so that runs of one cell
+    trained on different code can be told apart). {"commit": None} outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
+    return {"commit": commit, "modified": bool(changed)}
 
 
 def device_name(device: torch.device) -> str:

@@ -264,6 +264,31 @@ def test_max_steps_and_resume_with_more_steps(ptb_slice, tmp_path, tiny_override
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 12
 
 
+def test_run_json_records_the_code_each_sitting_trained_on(tmp_path, tiny_overrides, monkeypatch):
+    """run.json names the git commit a run started on (and whether tracked files differed from
+    it); a sitting resumed on other code adds an entry from the epoch it took over, the same
+    code adds none. Seeds trained months apart on changed code can then be told apart."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    run_dir = tmp_path / "code"
+    assert train.main([PTB, *tiny_overrides, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    code = json.loads((run_dir / "run.json").read_text())["code"]
+    assert len(code) == 1 and code[0]["from_epoch"] == 1 and code[0]["commit"] == head
+    assert isinstance(code[0]["modified"], bool)
+    assert train.main(["--resume", str(run_dir), "run.max_steps=3"]) == 0
+    assert json.loads((run_dir / "run.json").read_text())["code"] == code          # the same code
+    info = json.loads((run_dir / "run.json").read_text())
+    info["code"][0]["commit"] = "0" * 40                                           # as if older code
+    (run_dir / "run.json").write_text(json.dumps(info))
+    assert train.main(["--resume", str(run_dir), "run.max_steps=4"]) == 0
+    code = json.loads((run_dir / "run.json").read_text())["code"]
+    assert [entry["commit"] for entry in code] == ["0" * 40, head] and code[1]["from_epoch"] == 1
+    # outside a git checkout: the commit is unknown, not an error
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
+    from experiment.loading import code_version
+    assert code_version() == {"commit": None}
+
+
 def test_run_deterministic_trains_with_deterministic_algorithms(tmp_path, tiny_overrides, monkeypatch):
     """run.deterministic: torch's deterministic algorithms, cuBLAS's workspace setting and
     cuDNN without timed algorithm choice, for the whole run (a PLIF head: its own reduction)."""
