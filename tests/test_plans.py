@@ -147,6 +147,10 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
         for result in ("best.pt", "eval_best.json", *(a.result for a in run.analyses)):
             assert (run.dir / result).is_file(), (run.dir, result)
     capsys.readouterr()
+    if not loaded.reports:      # its runs are another plan's to report (it says which), and --report says so
+        assert sweep.main([str(plan), "--report", "--out", str(out)]) == 2
+        assert "the plan has no report: section" in capsys.readouterr().err
+        return
     assert sweep.main([str(plan), "--report", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for arguments in loaded.report_commands(out):
