@@ -244,6 +244,15 @@ def run_reports(plan: Plan, out: Path, dry_run: bool) -> int:
         print(f"+ python report.py {shlex.join(arguments)}", flush=True)
         if not dry_run and report.main(arguments) != 0:
             failed.append(arguments[0])
+    # The reports read the runs that are there: say which of the plan's are not (by their result
+    # files, what the reports read, whatever overrides trained the others).
+    runs = plan_runs(plan.experiments, out, [], None, None)
+    waiting = [run.dir.name for run in runs
+               if not all((run.dir / name).is_file() for name in ("eval_best.json", *(a.result for a in run.analyses)))]
+    if waiting:
+        shown = ", ".join(waiting[:8]) + (f" and {len(waiting) - 8} more" if len(waiting) > 8 else "")
+        print(f"note: {len(waiting)} of the plan's {len(runs)} runs are not in these reports yet "
+              f"(not trained, evaluated and ranked in {out}): {shown}", flush=True)
     if failed:
         rest = "the others were written" if len(failed) < len(commands) else "none was written"
         print(f"error: {len(failed)} of the plan's {len(commands)} reports failed ({', '.join(failed)}); {rest}",

@@ -501,8 +501,11 @@ def test_a_failing_report_does_not_stop_the_others(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert sweep.main([str(plan), "--report", "--out", str(empty)]) == 2
-    assert "error: 3 of the plan's 3 reports failed (table, methods, curves); none was written" in \
-        capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "error: 3 of the plan's 3 reports failed (table, methods, curves); none was written" in printed.err
+    # and it says which of the plan's runs are not there yet (a newcomer read the reports as the plan)
+    assert (f"note: 1 of the plan's 1 runs are not in these reports yet (not trained, evaluated and ranked "
+            f"in {empty}): ptb-moc-seed1") in printed.out
 
 
 def test_a_dry_run_piped_into_head_ends_without_a_traceback():
