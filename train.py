@@ -492,7 +492,7 @@ def record_run(run: PreparedRun, world: World, epoch: int) -> None:
     else:
         info = json.loads(path.read_text(encoding="utf-8"))
         last = (info.get("code") or [{}])[-1]
-        if {k: last.get(k) for k in ("commit", "modified")} == {k: version.get(k) for k in ("commit", "modified")}:
+        if all(last.get(key) == version.get(key) for key in ("commit", "modified")):
             return
         info.setdefault("code", []).append(version)
     write_text_atomic(path, json.dumps(info, indent=1) + "\n")

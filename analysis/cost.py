@@ -158,9 +158,7 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
               hours(c.wall_s, not c.every_sitting) + marked(c), ", ".join(c.processors),
               *([c.device] if gpu else [])]
              for c in costs]
-    counted = costs
-    if gpu:
-        counted = [c for c in costs if not c.on_gpu]
+    counted = [c for c in costs if not c.on_gpu]
     total = sum(c.cpu_s for c in counted)
     cpu_at_least = any(c.cpu_lower_bound for c in counted)
     any_marked = "*" if any(c.estimated for c in counted) else ""

@@ -81,10 +81,12 @@ def cells_markdown(listed, several_d: bool) -> str:
     def logs(runs, method):
         return [math.log(r[method]) for r in runs if method in r]
 
+    def against_softmax(runs, softmax, method) -> str:
+        mine, theirs = logs(runs, method), logs(softmax, method)
+        return welch(mine, theirs).describe() if mine and theirs else ""
+
     methods = [m for m, _ in METHODS]
-    against = [[label(*cell), *(welch(logs(runs, m), logs(cells[("softmax", *cell[1:])], m)).describe()
-                                if logs(runs, m) and logs(cells[("softmax", *cell[1:])], m) else ""
-                                for m in methods)]
+    against = [[label(*cell), *(against_softmax(runs, cells[("softmax", *cell[1:])], m) for m in methods)]
                for cell, runs in cells.items() if cell[0] != "softmax" and ("softmax", *cell[1:]) in cells]
     gains = []
     for cell, runs in cells.items():

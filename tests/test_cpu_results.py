@@ -298,6 +298,24 @@ def test_the_claims_tested_give_the_runs_changes_and_the_seeds_they_need():
         assert row.rstrip(" |").endswith("| —"), f"a row of seeds that the test does not recompute: {row}"
 
 
+def reports_text() -> str:
+    """Every committed report of both studies, one text."""
+    return "".join(f.read_text(encoding="utf-8") for study in (SIX, CONVERGED)
+                   for f in (REPO / "results" / study / "report").glob("*.md"))
+
+
+def holm_by_interval(reports: str) -> dict[str, set[str]]:
+    """interval -> the Holm's p printed beside it, from the reports' tables with a Holm's p column."""
+    holm_of: dict[str, set[str]] = {}
+    for table in tables(reports):
+        header, _, *rows = table.splitlines()
+        if header.rstrip(" |").split("| ")[-1].startswith("Holm's p"):
+            for row in rows:
+                *_, interval, holm = row.strip("| ").split(" | ")
+                holm_of.setdefault(interval, set()).add(holm)
+    return holm_of
+
+
 def test_the_claims_tested_quote_the_reports_intervals():
     """Every interval "c% [low, high], p = x" in the table is one a committed report prints (a head
     against Softmax, every two rows, a head against itself at another d, MoS's gain averaged over
@@ -305,15 +323,8 @@ def test_the_claims_tested_quote_the_reports_intervals():
     that row. The pairs the table names are recomputed here from eval_best.json (Welch on log test
     ppl) and MoS over d as three measurements of one gain (a one-sample t), which the front page
     quotes too."""
-    reports = "".join(f.read_text(encoding="utf-8") for study in (SIX, CONVERGED)
-                      for f in (REPO / "results" / study / "report").glob("*.md"))
-    holm_of = {}           # interval -> Holm's p, from the reports' tables with a Holm's p column
-    for table in tables(reports):
-        header, _, *rows = table.splitlines()
-        if header.rstrip(" |").split("| ")[-1].startswith("Holm's p"):
-            for row in rows:
-                *_, interval, holm = row.strip("| ").split(" | ")
-                holm_of.setdefault(interval, set()).add(holm)
+    reports = reports_text()
+    holm_of = holm_by_interval(reports)
 
     def mean(values):
         return sum(values) / len(values)
@@ -344,13 +355,8 @@ def test_the_readme_quotes_the_reports_intervals_and_holms_p():
     """Every interval the front page's results quote is one a committed report prints, and every
     Holm's p it quotes is a report's Holm's p column value: new seeds that move a report leave no
     stale figure on the front page."""
-    reports = "".join(f.read_text(encoding="utf-8") for study in (SIX, CONVERGED)
-                      for f in (REPO / "results" / study / "report").glob("*.md"))
-    holm_values = set()
-    for table in tables(reports):
-        header, _, *rows = table.splitlines()
-        if header.rstrip(" |").split("| ")[-1].startswith("Holm's p"):
-            holm_values |= {row.strip("| ").split(" | ")[-1] for row in rows}
+    reports = reports_text()
+    holm_values = set().union(*holm_by_interval(reports).values())
     section = " ".join(readme_section().split())
     intervals = re.findall(r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]*\d", section)
     assert len(intervals) >= 8
