@@ -305,7 +305,12 @@ def format_rank(values: Sequence[int], runs: int) -> str:
         return "—"
     distinct = sorted(set(values))
     mean, std = mean_std(values)     # as [SB] prints ranks: mean ± sample std
-    text = f"{distinct[0]:,}" if len(distinct) == 1 else f"{mean:,.1f} ± {std:,.1f}"
+    if len(values) == 1:
+        text = f"{values[0]:,}"
+    elif len(distinct) == 1:         # every run the same rank: a spread of zero, not one run's value
+        text = f"{distinct[0]:,} ± 0"
+    else:
+        text = f"{mean:,.1f} ± {std:,.1f}"
     return text + (f" (n={len(values)})" if len(values) < runs else "")
 
 

@@ -17,7 +17,7 @@ from analysis import AnalysisError
 from analysis.runs import find_run_dirs
 from analysis.spectra import collect, normalise, write_spectra
 from analysis.stats import format_p
-from analysis.tables import mean_std, t_test_p_value
+from analysis.tables import format_rank, mean_std, t_test_p_value
 
 SOFTMAX_TEST = [57.0, 57.1, 57.2]
 SS_TEST = [56.8, 56.9, 56.7, 56.85]
@@ -449,3 +449,12 @@ def test_the_report_says_where_each_rows_runs_trained(runs, tmp_path):
     assert report.main(["table", str(runs), "--out", str(tmp_path / "timed")]) == 0
     assert "- Softmax: 1 on cpu (EPYC and Xeon), 1 on cpu (EPYC), 1 on cuda:0 (NVIDIA H200)" in \
         (tmp_path / "timed.md").read_text()
+
+
+def test_a_rank_cell_says_a_spread_of_zero_as_such():
+    """Seeds that all reach one rank print it with ± 0, as report.py versus does, so that a row of
+    several runs is not read as one run's value; one run prints its value alone."""
+    assert format_rank([34, 34, 34], 3) == "34 ± 0"
+    assert format_rank([34], 1) == "34"
+    assert format_rank([940, 950], 2) == "945.0 ± 7.1"
+    assert format_rank([34, 34], 3) == "34 ± 0 (n=2)"
