@@ -77,7 +77,7 @@ def wordsim_arguments(parser) -> None:
     parser.add_argument("--benchmarks", help="folder of EN-*.txt files (default: $AWD_DATA_DIR/word-similarity)")
     parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.md, PREFIX.csv and PREFIX_wins.png")
     parser.add_argument("--by-head", action="store_true",
-                        help="one row per head and dataset (rho averaged over its runs) instead of per run")
+                        help="one row per head and dataset (rho: the mean ± sample std over its runs, with their n) instead of per run")
     devices(parser)
 
 

@@ -32,6 +32,7 @@ class Score:
     rho: float      # nan when fewer than two pairs are in the vocabulary
     used: int
     skipped: int    # pairs with an out-of-vocabulary word
+    std: float = float("nan")   # by_head: the sample std of rho over the head's runs (nan for one run)
 
 
 def read_benchmark(path: Path) -> Benchmark:
@@ -111,6 +112,7 @@ class ModelScores:
     head: str
     scores: list[Score]      # one per benchmark
     setting: dict = field(default_factory=dict)   # what seeds of one configuration share (pooling.py)
+    runs: int = 1            # by_head: the runs whose rho the row averages
 
 
 def score_runs(run_dirs: Sequence[Path], benchmarks: Sequence[Benchmark], device,
@@ -130,9 +132,9 @@ def score_runs(run_dirs: Sequence[Path], benchmarks: Sequence[Benchmark], device
 
 
 def by_head(runs: Sequence[ModelScores]) -> list[ModelScores]:
-    """One row per (dataset, head): rho averaged over its runs, which must be seeds of one
-    configuration (pooling.py; the pair counts depend on the vocabulary only, so they are the
-    same for all of them)."""
+    """One row per (dataset, head): rho averaged over its runs, with their sample std, which must
+    be seeds of one configuration (pooling.py; the pair counts depend on the vocabulary only, so
+    they are the same for all of them)."""
     groups: dict[tuple[str, str], list[ModelScores]] = {}
     for run in runs:
         groups.setdefault((run.dataset, run.head), []).append(run)
@@ -140,32 +142,43 @@ def by_head(runs: Sequence[ModelScores]) -> list[ModelScores]:
     rows = []
     for (dataset, head), members in groups.items():
         refuse_unlike(f"--by-head: {head_label(head)} ({dataset})", [m.setting for m in members])
-        scores = [Score(float(np.mean([m.scores[i].rho for m in members])), s.used, s.skipped)
-                  for i, s in enumerate(members[0].scores)]
+        scores = []
+        for i, s in enumerate(members[0].scores):
+            rhos = [m.scores[i].rho for m in members]
+            std = float(np.std(rhos, ddof=1)) if len(rhos) > 1 else float("nan")
+            scores.append(Score(float(np.mean(rhos)), s.used, s.skipped, std))
         label = head_label(head) + (f" ({dataset})" if several_datasets else "")
-        rows.append(ModelScores(label, dataset, head, scores))
+        rows.append(ModelScores(label, dataset, head, scores, runs=len(members)))
     return rows
 
 
 def write_wordsim(rows: Sequence[ModelScores], benchmarks: Sequence[Benchmark], out_prefix: Path) -> str:
     """<prefix>.md, <prefix>.csv and <prefix>_wins.png; return the Markdown."""
     names = [b.name for b in benchmarks]
-    body = [[row.label, *(f"{s.rho:.4f}" for s in row.scores)] for row in rows]
+    def cell(s: Score) -> str:
+        return f"{s.rho:.4f}" if np.isnan(s.std) else f"{s.rho:.4f} ± {s.std:.4f}"
+
+    body = [[row.label, str(row.runs), *(cell(s) for s in row.scores)] for row in rows]
     for dataset in dict.fromkeys(row.dataset for row in rows):   # counts depend on the vocabulary only
         first = next(row for row in rows if row.dataset == dataset)
-        body.append([f"pairs used / skipped ({dataset})", *(f"{s.used} / {s.skipped}" for s in first.scores)])
+        body.append([f"pairs used / skipped ({dataset})", "", *(f"{s.used} / {s.skipped}" for s in first.scores)])
     rhos = np.array([[s.rho for s in row.scores] for row in rows])
     wins = win_counts(rhos)
     labels = [row.label for row in rows]
     text = ("# Word similarity (Spearman's rho of input-embedding cosine similarities)\n\n"
-            + markdown_table(["Model", *names], body)
+            + markdown_table(["Model", "n", *names], body)
+            + "\nn: the runs a row stands for; with several (--by-head), rho is their mean ± sample std.\n"
             + "\n## Wins (row beats column on this many benchmarks)\n\n"
-            + markdown_table(["", *labels], [[a, *map(str, w)] for a, w in zip(labels, wins)]))
+            + markdown_table(["", *labels], [[a, *map(str, w)] for a, w in zip(labels, wins)])
+            + "\nA win compares two rows' rho (means, for rows of several runs) on one benchmark; it is "
+              "[SB] Figure 4's count, not a test: no interval is computed for a difference of rho.\n")
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_prefix.with_name(out_prefix.name + ".md").write_text(text, encoding="utf-8")
-    header = ["model", "dataset"] + [f"{n}{suffix}" for n in names for suffix in ("", "_used", "_skipped")]
+    header = ["model", "dataset", "runs"] + [f"{n}{suffix}" for n in names
+                                             for suffix in ("", "_std", "_used", "_skipped")]
     write_csv(out_prefix.with_name(out_prefix.name + ".csv"), header,
-              [[row.label, row.dataset, *(v for s in row.scores for v in (s.rho, s.used, s.skipped))]
+              [[row.label, row.dataset, row.runs,
+                *(v for s in row.scores for v in (s.rho, "" if np.isnan(s.std) else s.std, s.used, s.skipped))]
                for row in rows])
     plot_win_counts(labels, wins, len(benchmarks), out_prefix.with_name(out_prefix.name + "_wins.png"))
     return text

@@ -12,7 +12,8 @@ import torch
 
 import report
 from analysis import AnalysisError
-from analysis.wordsim import Benchmark, read_benchmark, read_benchmarks, score, win_counts
+from analysis.wordsim import (Benchmark, ModelScores, Score, by_head, read_benchmark, read_benchmarks, score, win_counts,
+                             write_wordsim)
 from data import load_corpus
 
 # [SB] SM Table 13: pairs with a word outside the PTB vocabulary, per benchmark.
@@ -38,13 +39,13 @@ def test_spearman_on_a_hand_made_embedding():
     embeddings, word_to_id = fan()
     pairs = [("base", f"a{i}") for i in range(1, 5)]
     same = Benchmark("same", [(a, b, s) for (a, b), s in zip(pairs, [9.0, 7.0, 4.0, 1.0])])
-    assert dataclasses.astuple(score(embeddings, word_to_id, same)) == pytest.approx((1.0, 4, 0))
+    assert dataclasses.astuple(score(embeddings, word_to_id, same))[:3] == pytest.approx((1.0, 4, 0))
     reversed_ = Benchmark("rev", [(a, b, s) for (a, b), s in zip(pairs, [1.0, 4.0, 7.0, 9.0])])
     assert score(embeddings, word_to_id, reversed_).rho == pytest.approx(-1.0)
     # ranks 2,1,3,4 against 1,2,3,4: rho = 1 - 6 * 2 / (4 * 15) = 0.8; an unknown word is skipped
     swapped = Benchmark("swap", [(a, b, s) for (a, b), s in zip(pairs, [7.0, 9.0, 4.0, 1.0])]
                         + [("base", "zebra", 5.0), ("zebra", "a1", 2.0)])
-    assert dataclasses.astuple(score(embeddings, word_to_id, swapped)) == pytest.approx((0.8, 4, 2))
+    assert dataclasses.astuple(score(embeddings, word_to_id, swapped))[:3] == pytest.approx((0.8, 4, 2))
     one = Benchmark("one", [("base", "a1", 1.0), ("base", "zebra", 2.0)])
     result = score(embeddings, word_to_id, one)
     assert math.isnan(result.rho) and (result.used, result.skipped) == (1, 1)
@@ -107,4 +108,26 @@ def test_report_on_a_trained_run(tiny_run, benchmark_dir, tmp_path):
 
     assert report.main(["wordsim", str(tiny_run), "--benchmarks", str(benchmark_dir), "--by-head",
                         "--out", str(tmp_path / "heads")]) == 0
-    assert "| Softmax |" in (tmp_path / "heads.md").read_text()
+    assert "| Softmax | 1 |" in (tmp_path / "heads.md").read_text()
+
+
+def test_a_row_of_several_runs_gives_its_n_and_spread(tmp_path):
+    """--by-head averages rho over a head's seeds: the row says how many and their sample std,
+    in the Markdown and the CSV; a row of one run has no spread."""
+    benchmarks = [Benchmark("A", []), Benchmark("B", [])]
+    runs = [ModelScores(f"ptb-mos-seed{i}", "ptb", "mos", [Score(a, 10, 2), Score(b, 8, 4)])
+            for i, (a, b) in enumerate([(0.10, 0.30), (0.20, 0.50), (0.30, 0.40)])]
+    runs.append(ModelScores("ptb-softmax-seed1", "ptb", "softmax", [Score(0.25, 10, 2), Score(0.35, 8, 4)]))
+    rows = by_head(runs)
+    assert [(r.label, r.runs) for r in rows] == [("MoS", 3), ("Softmax", 1)]
+    assert rows[0].scores[0].rho == pytest.approx(0.2) and rows[0].scores[0].std == pytest.approx(0.1)
+    assert rows[0].scores[1].std == pytest.approx(np.std([0.3, 0.5, 0.4], ddof=1))
+    assert math.isnan(rows[1].scores[0].std)
+    markdown = write_wordsim(rows, benchmarks, tmp_path / "ws")
+    assert "| MoS | 3 | 0.2000 ± 0.1000 | 0.4000 ± 0.1000 |" in markdown
+    assert "| Softmax | 1 | 0.2500 | 0.3500 |" in markdown
+    assert "not a test" in markdown
+    with open(tmp_path / "ws.csv", newline="") as f:
+        csv_rows = {r["model"]: r for r in csv.DictReader(f)}
+    assert csv_rows["MoS"]["runs"] == "3" and float(csv_rows["MoS"]["A_std"]) == pytest.approx(0.1)
+    assert csv_rows["Softmax"]["A_std"] == "" and csv_rows["Softmax"]["B_used"] == "8"
