@@ -90,9 +90,10 @@ def write_curves(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[
             asgd = " †" if any(epoch > s for s in c.switch_epochs) else ""
             cells.append(f"{c.mean[i]:.1f}{spread}{asgd}")
         table_rows.append([str(epoch), *cells])
-    text = (f"# {title}\n\n" + markdown_table(["epoch", *(c.label for c in curves)], table_rows)
-            + "\nMean over the runs of each row (their range in brackets); † the weights are ASGD "
-              "averages (validated after the switch). Figure: "
+    text = (f"# {title}\n\n" + markdown_table(["epoch", *(f"{c.label} (n = {c.runs})" for c in curves)], table_rows)
+            + "\nMean over the n runs of each column (their range in brackets), as far as all n have "
+              "trained (to the earliest stop among them); † the weights are ASGD averages (validated "
+              "after the switch). Figure: "
             + prefixed(out_prefix, ".png").name + "\n")
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     return text

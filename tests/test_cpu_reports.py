@@ -52,7 +52,7 @@ def test_curves_draw_the_mean_and_range_per_head_with_the_switch(tmp_path, capsy
     text = (tmp_path / "report" / "curves.md").read_text()
     assert (tmp_path / "report" / "curves.png").stat().st_size > 10_000
     lines = [line for line in text.splitlines() if line.startswith("| ")]
-    assert lines[0] == "| epoch | Softmax | MoS |"
+    assert lines[0] == "| epoch | Softmax (n = 2) | MoS (n = 1) |"
     assert lines[1] == "| 1 | 510.0 (500.0–520.0) | 480.0 |"
     assert lines[3] == "| 3 | 260.0 (250.0–270.0) † | 230.0 † |"       # ASGD after epoch 2
     assert lines[4] == "| 4 | 250.0 (240.0–260.0) † |  |"
