@@ -76,6 +76,10 @@ def parse_args(argv=None):
         given = [key for key in vars(args) if key.startswith(f"{name}_") and getattr(args, key) not in (None, False)]
         if given and not getattr(args, name):
             parser.error(f"--{given[0].replace('_', '-')} belongs to --{name}")
+    if args.cache_search and (args.cache_theta is not None or args.cache_lambda is not None):
+        flag = "--cache-theta" if args.cache_theta is not None else "--cache-lambda"
+        parser.error(f"{flag}: --cache-search chooses theta and lambda on the validation split; "
+                     "give them with --cache instead")
     if args.cache and args.dynamic:
         parser.error("--cache and --dynamic are two methods: give one")
     if (args.cache or args.dynamic) and (args.valid_batch_size or args.test_batch_size):
@@ -136,7 +140,7 @@ def evaluate(run, args) -> int:
         run.corpus.check_batchable(split, batch_size, setting)
     weights = run.weights()
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
-               "head": run.config.head_name, **weights}
+               "head": run.config.head_name, **weights, "corpus": run.corpus.record()}
     device = next(run.model.parameters()).device
     for split, (batch_size, _) in batch_sizes.items():
         data = batchify(getattr(run.corpus, split), batch_size, device)
@@ -172,12 +176,24 @@ def evaluate_with_method(run, args) -> int:
     device = next(run.model.parameters()).device
     splits = {split: batchify(getattr(run.corpus, split), 1, device) for split in RESULT_KEY}
     results = {"checkpoint": str(run.path), "dataset": run.config.data.dataset,
-               "head": run.config.head_name, **run.weights(), "method": args.method}
+               "head": run.config.head_name, **run.weights(), "corpus": run.corpus.record(),
+               "method": args.method}
 
     def bar(name: str, total: int, unit: str = "tok"):
         return tqdm(total=total, unit=unit, desc=f"{name} ({args.method})", leave=False, disable=None)
 
     if args.method == "cache":
+        # A cache that never mixes in gives the plain numbers under the cache's name: refuse it.
+        mixed = {split: cache.positions_mixed(source.size(0) - 1, settings.window, settings.bptt, settings.start)
+                 for split, source in splits.items()}
+        for split, count in mixed.items():
+            if count == 0:
+                raise ConfigError(
+                    f"--cache-window {settings.window}: the {split} split's {splits[split].size(0) - 1} "
+                    f"positions are no more than the window + 1, so with --cache-start {settings.start} the "
+                    f"cache is never used and its numbers would be the plain ones; give a shorter "
+                    f"--cache-window or --cache-start available")
+        results["cache_positions"] = mixed
         if args.cache_search:
             with bar("search on valid", splits["valid"].size(0) - 1) as progress:
                 settings, grid = cache.search(run.model, splits["valid"], settings.window, settings.bptt,
@@ -185,6 +201,13 @@ def evaluate_with_method(run, args) -> int:
             print(describe_search(grid))
             print(f"best: theta {settings.theta:g}, lambda {settings.lam:g} "
                   f"(valid ppl {perplexity(grid.min().item()):.2f})")
+            edges = [f"{name} {value:g} is its {'smallest' if value == grid_values[0] else 'largest'}"
+                     for name, value, grid_values in (("theta", settings.theta, cache.SEARCH_THETAS),
+                                                      ("lambda", settings.lam, cache.SEARCH_LAMBDAS))
+                     if value in (grid_values[0], grid_values[-1])]
+            if edges:
+                print(f"note: the best pair is on the grid's edge ({'; '.join(edges)}): the best "
+                      "setting may lie outside the grid")
             results["search"] = {"thetas": list(cache.SEARCH_THETAS), "lambdas": list(cache.SEARCH_LAMBDAS),
                                  "val_ppl": perplexity_grid(grid)}
         for split, source in splits.items():

@@ -155,7 +155,8 @@ def open_split(path: str, split: str, contexts: int | None, dtype: str, device: 
 
 def describe_run(run, split: str, limit: int) -> dict:
     return {"checkpoint": str(run.path), "head": run.config.head_name,
-            "dataset": run.config.data.dataset, "split": split, "contexts": limit, **run.weights()}
+            "dataset": run.config.data.dataset, "split": split, "contexts": limit, **run.weights(),
+            "corpus": run.corpus.record()}
 
 
 def decomposition_budget(device: torch.device, max_memory_gib: float | None) -> int | None:

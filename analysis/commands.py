@@ -18,7 +18,7 @@ from experiment.cli import ArgumentParser
 
 from . import AnalysisError
 from .published import PUBLISHED_TABLES
-from .runs import config_matches, find_run_dirs
+from .runs import config_matches, config_value, find_run_dirs, read_run_config
 
 RUNS_HELP = "run directories or folders holding them"
 
@@ -253,6 +253,35 @@ def published(args) -> str:
     return write_markdown(published_markdown(), args.out)
 
 
+def seeds_arguments(parser) -> None:
+    parser.add_argument("--change", type=float, nargs="+", required=True, metavar="PCT",
+                        help="the true differences to plan for, in percent of test ppl as the reports "
+                             "print them (e.g. -2 for 2%% below)")
+    parser.add_argument("--spread", type=float, required=True, metavar="PCT",
+                        help="the seed-to-seed spread of test ppl in percent, as a table report's "
+                             "seed-spread line prints it (e.g. 0.66)")
+    parser.add_argument("--cells", type=int, default=2,
+                        help="the cells compared: 2, one row against another (default); 4, how a "
+                             "gain differs between two values (versus)")
+    parser.add_argument("--power", type=float, default=0.8, help="the chance wanted that the 95%% "
+                        "interval excludes zero (default 0.8)")
+    parser.add_argument("--out", help="also write the Markdown to this file")
+
+
+def seeds(args) -> str:
+    from .stats import power_table
+    if not 0 < args.spread < 100:
+        raise AnalysisError(f"--spread: expected a percentage between 0 and 100, got {args.spread:g}")
+    if args.cells < 2:
+        raise AnalysisError(f"--cells: expected 2 or more, got {args.cells}")
+    if not 0 < args.power < 1:
+        raise AnalysisError(f"--power: expected a probability between 0 and 1, got {args.power:g}")
+    for change in args.change:
+        if change == 0 or change <= -100:
+            raise AnalysisError(f"--change: expected a nonzero percentage above -100, got {change:g}")
+    return write_markdown(power_table(args.change, args.spread, args.cells, args.power), args.out)
+
+
 COMMANDS: dict[str, Command] = {
     "table": Command("[SB] Table 2: n, params, s/epoch, train/valid/test ppl (mean ± std), test ppl vs "
                      "Softmax at the same setting (in %%, with its 95%% Welch interval and p), Press rank; "
@@ -291,6 +320,9 @@ COMMANDS: dict[str, Command] = {
                         "output, the LSTM's share of the gradient over a fresh model's first SGD "
                         "steps, LMS-PLIF's slope movement, test ppl beside the unigram level "
                         "(with --out: PREFIX.md, .json)", diagnose_arguments, diagnose),
+    "seeds": Command("the seeds per cell at which a difference's 95%% interval excludes zero with "
+                     "80%% power (--power), for given true differences and seed spread, in percent",
+                     seeds_arguments, seeds, reads_runs=False),
     "published": Command("every number of [SB] the reports compare against, as Markdown "
                          "(docs/published.md)", published_arguments, published, reads_runs=False),
 }
@@ -325,6 +357,15 @@ def check(argv: list[str]) -> str | None:
     return None
 
 
+def config_keys_named(argv: list[str]) -> list[tuple[str, str]]:
+    """(option, key) for each config key that report.py arguments it accepts name: --only's,
+    --group-by's and --key's (sweep.py checks them against a plan's configs before any run)."""
+    args = build_parser().parse_args(argv)
+    named = [("--only", text.partition("=")[0].strip()) for text in getattr(args, "only", [])]
+    named += [("--group-by", key) for key in getattr(args, "group_by", [])]
+    return named + ([("--key", args.key)] if getattr(args, "key", None) else [])
+
+
 def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
     """The run directories whose config.yaml matches every --only KEY=V1,V2 (as text)."""
     for text in only:
@@ -332,9 +373,13 @@ def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
         if not key or not values:
             raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
         wanted = {v.strip() for v in values.split(",")}
-        run_dirs = [d for d in run_dirs if config_matches(d, key.strip(), wanted)]
-        if not run_dirs:
+        kept = [d for d in run_dirs if config_matches(d, key.strip(), wanted)]
+        if not kept and not any(config_value(read_run_config(d), key.strip()) is not None for d in run_dirs):
+            raise AnalysisError(f"--only {text}: no run's config.yaml has the key {key.strip()} "
+                                "(a config key, e.g. model.emsize)")
+        if not kept:
             raise AnalysisError(f"--only {text}: no run has that value (after the --only before it)")
+        run_dirs = kept
     return run_dirs
 
 

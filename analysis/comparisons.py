@@ -78,7 +78,8 @@ def seed_spread_line(cells: Sequence, label) -> str:
             f"perplexity, with its 95% chi-square interval), pooled over the {pooled.groups} "
             f"row{'s' * (pooled.groups != 1)} with two runs or more ({pooled.df} degrees of "
             f"freedom): **{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. "
-            f"Each: {each}.")
+            f"Each: {each}. The seeds per cell a true difference of c% needs at this spread: "
+            f"`python report.py seeds --change c --spread {100 * pooled.std:.2f}`.")
 
 
 def common_epoch_table(compared: Sequence[tuple[str, AtCommonEpoch]], reference: str) -> str:
@@ -117,7 +118,8 @@ def pairs_table(pairs: Sequence[tuple[str, object, str, object]], what: str,
     lines = [[name, f"{n} and {m}" + ("" if estimate.df is None else f" ({estimate.df:.1f})"),
               estimate.describe(), "—" if estimate.p is None else format_p(p)]
              for (name, n, m, estimate), p in zip(compared, adjusted)]
-    header = ["pair", "n (Welch's df)", "test ppl: % [95% CI], p", f"Holm's p (over the {len(lines)} pairs)"]
+    family = f"over the {len(lines)} pairs" if len(lines) > 1 else "one pair: its own p"
+    header = ["pair", "n (Welch's df)", "test ppl: % [95% CI], p", f"Holm's p ({family})"]
     return (markdown_table(header, lines)
             + f"\n{what}, each pair with two runs or more a side: the first's test ppl against "
               f"the second's (the change of the ratio of their geometric means, Welch's t-test on "

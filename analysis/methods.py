@@ -30,6 +30,17 @@ def method_results(run_dir: Path) -> dict[str, dict]:
     return {method: results for method, results in found.items() if results is not None}
 
 
+def method_setting(results: dict) -> str:
+    """What a method's result was computed at, as text: its settings (evaluate.py's "settings"),
+    with theta and lambda said to be searched where --cache-search chose them per run on the
+    validation split (runs searched alike are one method, whatever pair each found)."""
+    settings = dict(results.get("settings", {}))
+    if "search" in results:
+        settings = {k: v for k, v in settings.items() if k not in ("theta", "lam")}
+        settings["theta, lam"] = "searched on valid"
+    return ", ".join(f"{key} {value}" for key, value in settings.items()) or "not recorded"
+
+
 def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     """PREFIX.md and PREFIX.csv; returns the Markdown."""
     listed = []                          # (run, its d, [(stage, results by method)])
@@ -58,6 +69,7 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
             + "\nPerplexity of each run's best.pt (trained) and of its finetuning's (RUN/finetune): "
               "plain (eval_best.json), with the neural cache (eval_best_cache.json) and with dynamic "
               "evaluation (eval_best_dynamic.json), at the settings each file records; — not run.\n")
+    text += settings_markdown(listed, several_d)
     text += cells_markdown(listed, several_d)
     prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
@@ -67,16 +79,44 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     return text
 
 
+def settings_markdown(listed, several_d: bool) -> str:
+    """The settings each method ran at: one line per method and setting, with its runs."""
+    used: dict[str, dict[str, list[str]]] = {}
+    for run, d, evaluated in listed:
+        for stage, found in evaluated:
+            for method, results in found.items():
+                if method != "plain":
+                    used.setdefault(method, {}).setdefault(method_setting(results), []).append(
+                        f"{head_label(run.head)}{f', d = {d}' if several_d else ''} (seed {run.seed}), {stage}")
+    lines = []
+    for method, settings in used.items():
+        for setting, runs in settings.items():
+            which = "every run" if len(settings) == 1 else "; ".join(runs)
+            lines.append(f"- {method}: {setting} ({which})")
+    return "\nThe methods' settings (evaluate.py's files):\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def cells_markdown(listed, several_d: bool) -> str:
     """The two tables of a cell's seeds together (module doc); "" where no cell has a method."""
     cells: dict[tuple, list[dict]] = {}          # (head, d, stage) -> each run's test ppl by method
+    settings: dict[tuple, dict[str, set]] = {}   # the same cells -> each method's settings in it
     for run, d, evaluated in listed:
         for stage, found in evaluated:
             cells.setdefault((run.head, d, stage), []).append(
                 {m: results["test_ppl"] for m, results in found.items() if "test_ppl" in results})
+            for method, results in found.items():
+                settings.setdefault((run.head, d, stage), {}).setdefault(method, set()).add(method_setting(results))
 
     def label(head, d, stage):
         return f"{head_label(head)}{f', d = {d}' if several_d else ''}, {stage}"
+
+    # A cell's seeds are one measurement of a method only if each was evaluated at its settings.
+    for cell, by_method in settings.items():
+        for method, found in by_method.items():
+            if len(found) > 1:
+                raise AnalysisError(f"{label(*cell)}: its runs' {method} results were computed at different "
+                                    f"settings ({' / '.join(sorted(found))}): evaluate them alike, or choose "
+                                    f"runs with --only")
 
     def logs(runs, method):
         return [math.log(r[method]) for r in runs if method in r]

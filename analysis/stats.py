@@ -159,11 +159,32 @@ def power(value: float, spread: float, seeds: int, cells: int = 2, level: float 
     return float(stats.nct.sf(t, df, noncentrality) + stats.nct.sf(t, df, -noncentrality))
 
 
+def power_table(changes_pct, spread_pct: float, cells: int = 2, wanted: float = 0.8) -> str:
+    """report.py seeds: seeds_needed for each change, in the reports' units (percent of test ppl;
+    the spread, the std of log ppl, in percent as pooled_spread's line prints it)."""
+    spread = spread_pct / 100
+    rows = []
+    for change in changes_pct:
+        try:
+            needed = str(seeds_needed(math.log1p(change / 100), spread, cells, wanted))
+        except ValueError as e:                   # more than seeds_needed's most
+            needed = str(e)
+        rows.append(f"| {change:+g}% | {needed} |")
+    return (f"| true change | seeds per cell |\n|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"The fewest seeds per cell at which the 95% interval of the comparison ({cells} cells, "
+            f"each of that many runs) excludes zero with probability {wanted:g}, when the change is the "
+            f"true one and the seed spread of test ppl is {spread_pct:g}% (analysis.stats.seeds_needed: "
+            f"noncentral t, {cells} x (n - 1) degrees of freedom). A difference measured near the edge "
+            f"of its interval is an optimistic guess of the true one; Holm's adjustment over a table's "
+            f"pairs asks for more.\n")
+
+
 def seeds_needed(value: float, spread: float, cells: int = 2, wanted: float = 0.8,
                  level: float = LEVEL, most: int = 10_000) -> int:
     """The fewest seeds per cell at which the LEVEL interval of the comparison excludes 0 with
     probability `wanted` (power above), when its true value is `value` (log scale: a change of
-    c percent is log(1 + c / 100)). The same number answers "how many seeds before the interval
+    c percent is log(1 + c / 100)) and the seed spread `spread` (the std of log ppl: 0.0066 for
+    0.66%; `report.py seeds` takes both in percent). The same number answers "how many seeds before the interval
     excludes `value`, when the truth is 0": e.g. before a difference of gains measured near 0
     rules out the growth an earlier study found."""
     if value == 0 or spread <= 0:

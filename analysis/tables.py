@@ -27,7 +27,8 @@ that lacks a number is listed under "Missing or incomplete", and a cell averaged
 than its row has says so with (n=k). So is a run whose metrics.jsonl has fewer than
 train.epochs epochs (unless its last epoch ended training early, as finetuning does), and a
 test ppl or rank computed on other weights than best.pt's by metrics.jsonl (a run evaluated,
-then trained on): the step in eval_best.json / rank_test.json tells.
+then trained on): the step in eval_best.json / rank_test.json tells; or on a corpus that is not
+the published one for a run that trained on the published one (their "corpus" record).
 
 Below the table: each row against its baseline at their common epoch (comparisons.py), and the
 seed-to-seed spread of test ppl.
@@ -77,6 +78,8 @@ class RunResult:
     val_ppl: float | None = None
     test_ppl: float | None = None
     press_rank: int | None = None
+    rank_contexts: int | None = None # rank_test.json "contexts": the rows of the ranked log-P matrix
+    rank_dtype: str | None = None    # and "dtype", the precision of its singular values
     missing: list[str] = field(default_factory=list)   # one note per missing number
     config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
     val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
@@ -117,7 +120,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
 
     evaluation = read_json(run_dir / "eval_best.json")
     if evaluation is not None and "test_ppl" in evaluation:
-        stale = stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
+        stale = (stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
+                 or corpus_note(evaluation, config, "eval_best.json", f"python evaluate.py {run_dir}"))
         if stale:
             result.missing.append(f"test_ppl ({stale})")
         else:
@@ -128,11 +132,13 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     rank = read_json(run_dir / "rank_test.json")
     ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
     if rank is not None and "press_rank" in rank and ranked == "best.pt":
-        stale = stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
+        stale = (stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
+                 or corpus_note(rank, config, "rank_test.json", f"python rank.py {run_dir}"))
         if stale:
             result.missing.append(f"press_rank ({stale})")
         else:
-            result.press_rank = rank["press_rank"]
+            result.press_rank, result.rank_contexts, result.rank_dtype = \
+                rank["press_rank"], rank.get("contexts"), rank.get("dtype")
     elif ranked is not None and ranked != "best.pt":    # rank.py RUN/last.pt writes the same file
         result.missing.append(f"press_rank (rank_test.json ranks {ranked}, not best.pt: run python rank.py {run_dir})")
     else:
@@ -158,6 +164,18 @@ def stale_note(result: dict, best_step: int | None, name: str, command: str) -> 
         return None
     return (f"{name} is of the weights at step {step:,}, but metrics.jsonl puts best.pt at step "
             f"{best_step:,}: run {command} again")
+
+
+def corpus_note(result: dict, config: dict, name: str, command: str) -> str | None:
+    """Why a result file is not of the run's corpus, or None: computed on a corpus that is not
+    the published one (evaluate.py --data-dir with --allow-modified-corpus) for a run that trained
+    on the published one. Files written before the record have none, and pass."""
+    corpus = result.get("corpus") or {}
+    if corpus.get("published", True) or config_value(config, "data.allow_modified_corpus"):
+        return None
+    return (f"{name} was computed on a corpus that is not the published one ({corpus.get('folder')}, "
+            f"{corpus.get('tokens', {}).get('test', 0):,} test tokens), the run trained on the published "
+            f"one: run {command}")
 
 
 # ---------------------------------------------------------------------- statistics
@@ -597,6 +615,17 @@ def table_note(table: Table) -> str:
     if "p_value" in table.columns:
         note += (f"p-value: two-sided unpaired Student t-test (equal variances) of test ppl "
                  f"against the {base} row, the test [SB] reports{excluded}. ")
+    if "press_rank" in table.columns:
+        ranked = [run for row in table.rows for run in row.runs if run.press_rank is not None]
+        contexts = sorted({run.rank_contexts for run in ranked if run.rank_contexts is not None})
+        dtypes = sorted({run.rank_dtype for run in ranked if run.rank_dtype is not None})
+        if contexts:
+            note += ("Press rank: rank_test.json, the rank of best.pt's log-probability matrix over the first "
+                     + " or ".join(f"{c:,}" for c in contexts) + " test contexts"
+                     + (f" in {' or '.join(dtypes)}" if dtypes else "") + " (rank.py --contexts, --dtype; "
+                     + ("the same for every run" if len(contexts) == 1 and len(dtypes) <= 1
+                        else "**they differ between runs**, and a rank depends on both")
+                     + "), mean ± sample std as above (± 0: every run the same rank). ")
     return note + ("Time: the wall seconds of an epoch's training steps, validation left out (the "
                    "epoch time that the AWD-LSTM and MoS code print includes it), per kind of device "
                    "where a row's runs trained on several.\n")

@@ -12,6 +12,7 @@ that differ in another compared key are refused in one line (pooling.py).
 from __future__ import annotations
 
 import math
+import sys
 from itertools import combinations
 from pathlib import Path
 from typing import Sequence
@@ -29,9 +30,11 @@ BASELINE = "softmax"
 def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     """PREFIX.png (two panels), PREFIX.md and PREFIX.csv; returns the Markdown."""
     results = [read_run(d, [key]) for d in run_dirs]
+    if all(r.group[0] is None for r in results):
+        raise AnalysisError(f"--key {key}: no run's config.yaml has this key (a config key, e.g. model.emsize)")
     if any(r.group[0] is None for r in results):
         bad = next(r.dir for r in results if r.group[0] is None)
-        raise AnalysisError(f"{bad}: its config.yaml has no {key}")
+        raise AnalysisError(f"--key {key}: {bad}'s config.yaml has no {key}")
     rows = [row for row in group_rows(results, [key], unlike="refuse") if row.values("test_ppl")]
     if not rows:
         raise AnalysisError("no run has a test perplexity yet (eval_best.json)")
@@ -82,7 +85,13 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
 
     header = ["head", *(f"test ppl, {key} = {v}" for v in values), *(f"Press rank, {key} = {v}" for v in values)]
     table = [[head_label(h), *(cell(h, v, 0) for v in values), *(cell(h, v, 1) for v in values)] for h in heads]
-    text = (f"# Test perplexity and Press rank against {key}\n\n" + markdown_table(header, table)
+    # One value leaves nothing to set against: the sections across values would be empty, so say why.
+    lone = (f"Every run here has {key} = {values[0]}: no gain across values of {key}, and no head "
+            f"against itself at another value (`report.py table` compares the heads at one setting).\n\n"
+            if len(values) == 1 else "")
+    if lone:
+        print(f"note: versus --key {key}: every run has {key} = {values[0]}", file=sys.stderr)
+    text = (f"# Test perplexity and Press rank against {key}\n\n" + lone + markdown_table(header, table)
             + f"\nTest ppl: eval_best.json, at each run's stop, mean ± sample std over the point's n "
               f"runs (n = 1: the one run's value); Press rank: rank_test.json, the same over the "
               f"point's ranked runs (n shown where more than one). Figure: "
@@ -105,7 +114,8 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                      f"values of its difference to Softmax in mean log test ppl, with a one-sample t "
                      f"interval over those values (k values: k - 1 degrees of freedom), so that how "
                      f"the gain varies between values, and each value's seed noise, are its noise; "
-                     f"Holm's p over the {len(averaged)} heads' averages:\n\n"
+                     + (f"Holm's p over the {len(averaged)} heads' averages:\n\n" if len(averaged) > 1
+                        else "one head, so Holm's p is its own p:\n\n")
                      + markdown_table(["head", "values", f"gain averaged over {key}", "Holm's p"],
                                       [[head_label(h), ", ".join(str(v) for v in values if (h, v) in gains),
                                         estimate.describe(), "—" if estimate.p is None else format_p(p)]

@@ -50,6 +50,12 @@ class Corpus:
     valid: torch.Tensor
     test: torch.Tensor
     folder: Path | None = None  # where the split files were read from
+    published: bool = True  # every split file byte for byte the published one
+
+    def record(self) -> dict:
+        """What a result file (evaluate.py's, rank.py's) says of the text it was computed on."""
+        return {"folder": None if self.folder is None else str(self.folder), "published": self.published,
+                "tokens": {"valid": self.valid.numel(), "test": self.test.numel()}}
 
     @property
     def vocab_size(self) -> int:
@@ -141,6 +147,7 @@ def load_corpus(
         valid=_as_tensor(valid),
         test=_as_tensor(test),
         folder=folder,
+        published=all(digest == CHECKSUMS[dataset][path.name] for path, digest in zip(paths, hashes)),
     )
 
 

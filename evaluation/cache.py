@@ -146,6 +146,19 @@ def chunk_log_probs(model, source: torch.Tensor, window: int, thetas: Sequence[f
         offset += length
 
 
+def positions_mixed(length: int, window: int, bptt: int, start: str = "reference") -> int:
+    """How many of a split's `length` target positions mix in the cache under `start` (the others
+    use p_model alone): chunk_log_probs's rule counted without the model. Under "reference" a split
+    no longer than window + 1 positions never uses the cache."""
+    if start == "available":
+        return max(0, length - 1)
+    mixed = 0
+    for offset in range(0, length, bptt):
+        before = min(window, offset)          # the history carried into the chunk
+        mixed += max(0, min(bptt, length - offset) - max(0, window + 1 - before))
+    return mixed
+
+
 def cache_nll(model, source: torch.Tensor, settings: CacheSettings, progress=None) -> float:
     """Mean negative log-likelihood per token (nats) of a batch-size-1 split with the cache."""
     chunks = chunk_log_probs(model, source, settings.window, [settings.theta], [settings.lam], settings.bptt,

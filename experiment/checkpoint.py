@@ -125,6 +125,11 @@ def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
                               f"trains it again elsewhere (python sweep.py PLAN --out DIR)")
     if not run_dir.exists() and run_dir.suffix != ".pt":
         raise CheckpointError(f"{run_dir}: no such run directory ({EXPECTED})")
+    if run_dir.is_dir():
+        runs = sorted(p.parent.name for p in run_dir.glob(f"*/{name}"))[:3]
+        inside = f" (it holds runs: {', '.join(runs)}{', ...' if len(runs) == 3 else ''})" if runs else ""
+        raise CheckpointError(f"{run_dir}: not a run directory, no {name} and no config.yaml{inside}; "
+                              f"give one run's directory or checkpoint")
     raise CheckpointError(f"{resolved}: checkpoint not found")
 
 

@@ -37,10 +37,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.commands import check as check_report_arguments
-from experiment.config import SECTIONS, ConfigError, load_config, read_yaml
+from analysis.commands import check as check_report_arguments, config_keys_named
+from analysis.pooling import flatten
+from experiment.config import SECTIONS, ConfigError, load_config, parse_override, read_yaml
 from . import LaunchError
-from .runs import Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
+from .runs import SWEEP_KEYS, Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
 
 CONFIG_KEYS = {*SECTIONS, "head", "base"}          # the top-level keys a config file may have
 PLAN_KEYS = {"title", "out", "seeds", "overrides", "rank", "robustness", "experiments", "report"}
@@ -58,8 +59,11 @@ class Plan:
 
     def report_commands(self, out: Path | None = None) -> list[list[str]]:
         """report.py's argument lists, with the plan's folder (or `out`) filled in."""
+        return [self.report_commands_of(text, out) for text in self.reports]
+
+    def report_commands_of(self, text: str, out: Path | None = None) -> list[str]:
         out = out or self.out
-        return [shlex.split(text.format(out=out, runs=out.parent)) for text in self.reports]
+        return shlex.split(text.format(out=out, runs=out.parent))
 
 
 def is_plan(path: Path) -> bool:
@@ -95,13 +99,32 @@ def load_plan(path: str | Path) -> Plan:
     if not isinstance(experiments, list) or not experiments:
         raise fail("experiments", "a non-empty list of experiments", experiments)
     reports = tuple(_strings(data.get("report", []), "report", fail))
+    keys: set[str] = set()         # every config key of the plan's runs, for the reports' keys
     plan = Plan(path, data["title"], Path(data["out"]),
-                tuple(_experiment(entry, i, data, path, fail) for i, entry in enumerate(experiments)), reports)
-    for text, arguments in zip(reports, plan.report_commands()):
+                tuple(_experiment(entry, i, data, path, fail, keys) for i, entry in enumerate(experiments)),
+                reports)
+    for text in reports:
+        try:
+            arguments = plan.report_commands_of(text)
+        except (KeyError, IndexError, ValueError) as e:
+            raise LaunchError(f"{path}: report command {text!r}: {_placeholder_problem(e)}") from None
         problem = check_report_arguments(arguments)
         if problem:
             raise LaunchError(f"{path}: report command {text!r}: {problem}")
+        for option, key in config_keys_named(arguments):
+            if key not in keys:
+                raise LaunchError(f"{path}: report command {text!r}: {option} {key}: not a config key "
+                                  "of any of the plan's runs (e.g. model.emsize, head.name, train.seed)")
     return plan
+
+
+def _placeholder_problem(error: Exception) -> str:
+    """What str.format or shlex found wrong in a report command, said for a plan's author."""
+    if isinstance(error, (KeyError, IndexError)):
+        return f"unknown placeholder {{{error.args[0]}}} (the placeholders are {{out}} and {{runs}})"
+    if "quotation" in str(error):
+        return f"{error} (a quote opened and not closed)"
+    return f"{error} (a brace is written {{{{ or }}}} outside the placeholders {{out}} and {{runs}})"
 
 
 def _strings(value, key: str, fail) -> list[str]:
@@ -116,7 +139,8 @@ def _analyses(data: dict, where: str, fail) -> tuple[Analysis, ...]:
                  for key in ("rank", "robustness") if key in data)
 
 
-def _experiment(entry, index: int, plan: dict, plan_path: Path, fail) -> Experiment:
+def _experiment(entry, index: int, plan: dict, plan_path: Path, fail, keys: set) -> Experiment:
+    """One experiment, checked; adds its runs' config keys to `keys`."""
     where = f"experiments[{index}]"
     if not isinstance(entry, dict):
         raise fail(where, "a mapping with a config", entry)
@@ -137,12 +161,27 @@ def _experiment(entry, index: int, plan: dict, plan_path: Path, fail) -> Experim
         raise fail(f"{where}.seeds" if "seeds" in entry else "seeds", "a list of integers (and `config`)", seeds)
     # The overrides, and each value of the grid alone, read as the runs will read them: a wrong
     # key or value is named here, with the plan file, before anything runs.
-    own_seed = _checked_config(config, overrides, where, plan_path).train.seed
+    base = _checked_config(config, overrides, where, plan_path)
+    keys.update(flatten(base.to_dict()))
     for key, values in grid.items():
         for value in values:
-            _checked_config(config, (*overrides, f"{key}={yaml_scalar(value)}"), f"{where}.grid", plan_path)
+            point = _checked_config(config, (*overrides, f"{key}={yaml_scalar(value)}"), f"{where}.grid", plan_path)
+            keys.update(flatten(point.to_dict()))
+    # What the sweep sets itself (a run's seed and folder), or the grid sets, is no override.
+    for owner, texts in (("overrides", plan.get("overrides", [])), (f"{where}.overrides", entry.get("overrides", []))):
+        for text in texts:
+            key = ".".join(parse_override(text)[0])
+            if key in SWEEP_KEYS:
+                raise fail(owner, f"no {key} (the sweep sets it: the seeds from `seeds`, the folder from `out`)", text)
+            if key in grid:
+                raise fail(owner, f"no key the grid of {where} also sets ({key}: keep one)", text)
     if seeds is not None:
-        seeds = tuple(own_seed if s == "config" else s for s in seeds)
+        resolved = tuple(base.train.seed if s == "config" else s for s in seeds)
+        if len(set(resolved)) != len(resolved):
+            raise fail(f"{where}.seeds" if "seeds" in entry else "seeds",
+                       "distinct seeds (`config` is the config's own seed, "
+                       f"{base.train.seed} here)", seeds)
+        seeds = resolved
     # An experiment's own rank / robustness options replace the plan's (both keys together).
     own = {"rank", "robustness"} & set(entry)
     analyses = _analyses(entry, f"{where}.", fail) if own else _analyses(plan, "", fail)

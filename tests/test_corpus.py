@@ -78,6 +78,8 @@ def test_real_token_counts_and_vocab(dataset: str, shared_data_dir: Path, real_c
     assert corpus.vocab_size == len(corpus.vocab) == n_vocab
     for ids in (corpus.train, corpus.valid, corpus.test):
         assert ids.dtype == torch.int64 and ids.dim() == 1
+    assert corpus.record() == {"folder": str(shared_data_dir / dataset), "published": True,
+                               "tokens": {"valid": n_valid, "test": n_test}}
 
 
 @pytest.mark.parametrize("dataset", sorted(EXPECTED))
@@ -290,6 +292,7 @@ def test_a_modified_corpus_is_refused_naming_the_file_and_its_token_count(
     assert message.startswith(f"{folder / 'train.txt'}: {len(half.train):,} tokens")
     assert "expected 929,589 tokens" in message and "data.allow_modified_corpus=true" in message
     assert "\n" not in message and half.vocab_size < 10_000
+    assert half.record()["published"] is False       # what evaluate.py and rank.py then record
 
 
 def test_same_token_count_but_other_bytes_is_refused(shared_data_dir: Path, tmp_path: Path):

@@ -78,7 +78,14 @@ def test_versus_gives_test_ppl_and_rank_against_the_key(tmp_path, capsys):
     # a key the runs do not have is one line
     assert report.main(["versus", str(root), "--key", "model.nope", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "\n" not in err and "has no model.nope" in err
+    assert err == ("error: --key model.nope: no run's config.yaml has this key (a config key, e.g. "
+                   "model.emsize)"), err
+    # a key every run shares: the table of its one value, and a note that says why nothing is compared
+    assert report.main(["versus", str(root), "--only", "model.emsize=32", "--key", "model.emsize",
+                        "--out", str(out)]) == 0
+    text = (tmp_path / "versus.md").read_text()
+    assert "Every run here has model.emsize = 32: no gain across values of model.emsize" in text
+    assert "note: versus --key model.emsize: every run has model.emsize = 32" in capsys.readouterr().err
 
 
 def test_versus_gives_each_gain_and_the_gains_difference_with_intervals(tmp_path):
@@ -212,6 +219,30 @@ def test_methods_set_the_cells_seeds_together_with_intervals(tmp_path):
     assert f"| MoS, trained | {interval(stats.ttest_1samp(logs['cache']['mos'] - logs['plain']['mos'], 0.0), (logs['cache']['mos'] - logs['plain']['mos']).mean())} | {gain:+.1f}% (n = 1: no interval) |" in text
 
 
+def test_methods_name_their_settings_and_pool_only_runs_evaluated_alike(tmp_path, capsys):
+    """The report lists each method's settings; a cell whose seeds ran the cache at different
+    settings is refused in one line, while runs searched on validation (each its own pair) pool."""
+    root = tmp_path / "runs"
+    published = {"window": 500, "theta": 1.0, "lam": 0.1, "bptt": 5000, "start": "reference"}
+    for seed in (1, 2):
+        run = cpu_run(root, "softmax", seed)
+        (run / "eval_best.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 200.0 + seed}))
+        (run / "eval_best_cache.json").write_text(json.dumps(
+            {"val_ppl": 1.0, "test_ppl": 190.0 + seed, "settings": {**published, "theta": 0.5 * seed, "lam": 0.2},
+             "search": {"thetas": [0.5, 1.0], "lambdas": [0.2], "val_ppl": [[1.0], [1.0]]}}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
+    text = (tmp_path / "m.md").read_text()
+    assert ("- cache: window 500, bptt 5000, start reference, theta, lam searched on valid (every run)"
+            in text), text
+    (root / "ptb-softmax-model.emsize=32-seed2" / "eval_best_cache.json").write_text(json.dumps(
+        {"val_ppl": 1.0, "test_ppl": 191.0, "settings": {**published, "lam": 0.0}}))
+    capsys.readouterr()
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Softmax, trained: its runs' cache results were computed at different settings (")
+    assert "\n" not in err and "lam 0.0" in err and "searched on valid" in err
+
+
 def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
     run = cpu_run(tmp_path / "runs", "softmax", 1)
     (run / "metrics.jsonl").write_text("")
@@ -230,7 +261,8 @@ def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
     rows = [line for line in main_table.splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == ["| Softmax", "| MoS"]
     assert "250.00" in rows[0] and "300.00" not in rows[0]
-    for only, message in (("model.emsize", "expected KEY=VALUE"), ("model.emsize=8", "no run has that value")):
+    for only, message in (("model.emsize", "expected KEY=VALUE"), ("model.emsize=8", "no run has that value"),
+                          ("modle.emsize=32", "no run's config.yaml has the key modle.emsize")):
         assert report.main(["table", str(root), "--only", only, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: --only") and "\n" not in err and message in err, err

@@ -191,6 +191,27 @@ def test_by_default_the_cache_starts_where_pointer_py_starts_it(row_block, monke
     assert differs == [1, 2, 3, 4, 7, 14, 21, 28, 35]      # 0 has no history under either rule
 
 
+def test_positions_mixed_counts_where_the_cache_is_used():
+    """positions_mixed, counted without a model, is the number of positions chunk_log_probs mixes
+    the cache into (those that differ from p_model alone), under both rules; pointer.py's loop
+    counted by hand says the same for longer splits."""
+    model = FakeModel()
+    ids = torch.randint(model.vocab, (40,), generator=torch.Generator().manual_seed(3))
+    plain = torch.full((len(ids) - 1,), -math.log(model.vocab), dtype=torch.float64)
+    for window, bptt in ((4, 7), (4, 3), (10, 7), (38, 5), (39, 50)):
+        for start in cache.START_RULES:
+            got = with_cache(model, batchify(ids, 1), window, [0.8], [0.3], bptt=bptt, start=start)[0, 0]
+            used = int((~torch.isclose(got, plain, rtol=0, atol=1e-12)).sum())
+            assert cache.positions_mixed(len(ids) - 1, window, bptt, start) == used, (window, bptt, start)
+    for length, window, bptt in ((82_429, 500, 5000), (245_568, 3785, 2000), (3785, 3785, 2000), (3787, 3785, 2000)):
+        by_hand, memory = 0, 0
+        for first in range(0, length, bptt):
+            by_hand += sum(memory + idx > window for idx in range(min(bptt, length - first)))
+            memory = min(window, memory + min(bptt, length - first))
+        assert cache.positions_mixed(length, window, bptt) == by_hand
+    assert cache.positions_mixed(3786, 3785, 2000) == 0          # window + 1 positions: never
+
+
 @pytest.mark.parametrize("dataset, published", [
     ("ptb", (500, 1.0, 0.1, 5000)), ("wikitext-2", (3785, 0.662, 0.1279, 2000))])
 def test_cache_with_the_published_settings_is_pointer_py_on_a_small_model(trained, dataset, published):
@@ -387,29 +408,34 @@ def test_evaluate_cache_and_dynamic_from_the_command_line(tiny_run, capsys):
     saved = checkpoint.read_bytes()
     assert evaluate.main([str(tiny_run), "--json", "--test-batch-size", "1", "--valid-batch-size", "1"]) == 0
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert evaluate.main([str(tiny_run), "--cache", "--cache-lambda", "0", "--cache-bptt", "70", "--json"]) == 0
+    assert plain["corpus"]["published"] is False and plain["corpus"]["folder"].endswith("ptb")   # a slice
+    # The tiny splits are shorter than PTB's window of 500 (pointer.py's rule would never mix the
+    # cache in: refused, test_a_cache_that_would_never_be_used_is_refused), so a window of 50.
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "50", "--cache-lambda", "0",
+                          "--cache-bptt", "70", "--json"]) == 0
     zero = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert zero["method"] == "cache" and zero["settings"] == {"window": 500, "theta": 1.0, "lam": 0.0, "bptt": 70,
+    assert zero["method"] == "cache" and zero["settings"] == {"window": 50, "theta": 1.0, "lam": 0.0, "bptt": 70,
                                                                  "start": "reference"}
+    assert min(zero["cache_positions"].values()) > 0
     for split in ("val", "test"):
         assert zero[f"{split}_ppl"] == pytest.approx(plain[f"{split}_ppl"], rel=1e-12)
-    assert evaluate.main([str(tiny_run), "--cache", "--json"]) == 0
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "50", "--json"]) == 0
     published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert published["settings"] == {"window": 500, "theta": 1.0, "lam": 0.1, "bptt": 5000, "start": "reference"}
-    # The splits are shorter than PTB's window: pointer.py's rule never mixes the cache in.
-    assert published["test_ppl"] == pytest.approx(plain["test_ppl"], rel=1e-12)
+    assert published["settings"] == {"window": 50, "theta": 1.0, "lam": 0.1, "bptt": 5000, "start": "reference"}
+    assert published["test_ppl"] != pytest.approx(plain["test_ppl"], rel=1e-6)      # the cache is used
     assert evaluate.main([str(tiny_run), "--cache", "--cache-start", "available", "--json"]) == 0
     available = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert available["settings"]["start"] == "available" and available["test_ppl"] != published["test_ppl"]
-    assert evaluate.main([str(tiny_run), "--cache", "--json"]) == 0
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "50", "--json"]) == 0
     published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert json.loads((tiny_run / "eval_best_cache.json").read_text()) == published
+    assert published["corpus"] == plain["corpus"]
     assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-ms-batches", "3", "--json"]) == 0
     dynamic = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert dynamic["method"] == "dynamic" and dynamic["settings"]["lam"] == 0.075
     assert json.loads((tiny_run / "eval_best_dynamic.json").read_text()) == dynamic
     assert checkpoint.read_bytes() == saved                  # the checkpoint is never written
-    assert evaluate.main([str(tiny_run), "--cache-search", "--json"]) == 0
+    assert evaluate.main([str(tiny_run), "--cache-search", "--cache-window", "50", "--json"]) == 0
     out = capsys.readouterr().out
     searched = json.loads(out.strip().splitlines()[-1])
     grid = np.array(searched["search"]["val_ppl"])
@@ -419,6 +445,26 @@ def test_evaluate_cache_and_dynamic_from_the_command_line(tiny_run, capsys):
               cache.SEARCH_LAMBDAS.index(searched["settings"]["lam"]))
     assert grid[chosen] == pytest.approx(grid.min(), rel=1e-6)      # the pair with the lowest ppl
     assert "cache search on the validation split" in out
+    assert searched["cache_positions"]["test"] == cache.positions_mixed(
+        run_split_length(tiny_run, "test"), *(searched["settings"][k] for k in ("window", "bptt", "start")))
+    on_edge = [value in (grid[0], grid[-1]) for value, grid in
+               ((searched["settings"]["theta"], cache.SEARCH_THETAS), (searched["settings"]["lam"], cache.SEARCH_LAMBDAS))]
+    assert ("note: the best pair is on the grid's edge" in out) == any(on_edge)
+
+
+def run_split_length(run_dir, split: str) -> int:
+    """The target positions of a run's split read at batch size 1."""
+    from experiment.loading import load_trained
+    return len(getattr(load_trained(run_dir, torch.device("cpu")).corpus, split)) - 1
+
+
+def test_a_cache_that_would_never_be_used_is_refused(tiny_run, capsys):
+    """A window as long as the split: under the reference rule no position mixes in the cache, so
+    the "cache" numbers would be the plain ones under the cache's name."""
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "100000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --cache-window 100000000: the valid split's ") and "\n" not in err
+    assert "the cache is never used" in err and "--cache-start available" in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -437,6 +483,8 @@ def test_bad_settings_are_one_line(tiny_run, argv, message, capsys):
     (["--cache-window", "10"], "--cache-window belongs to --cache"),
     (["--cache", "--dynamic"], "two methods"),
     (["--dynamic", "--test-batch-size", "4"], "batch size 1"),
+    (["--cache-search", "--cache-theta", "0.5"], "--cache-theta: --cache-search chooses theta and lambda"),
+    (["--cache-search", "--cache-lambda", "0.2"], "--cache-lambda: --cache-search chooses theta and lambda"),
 ])
 def test_options_that_do_not_fit_are_refused(tiny_run, argv, message, capsys):
     with pytest.raises(SystemExit):

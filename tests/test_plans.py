@@ -338,6 +338,35 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, "
      "finetune_best: {evaluate: ['--json']}}]\n",
      "experiments[0].finetune_best.evaluate: expected option lists naming --cache"),
+    # what sweep.py's command line would refuse as a flag is named in the plan's terms
+    ("title: t\nout: o\nseeds: [1, 2, 2]\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     ": seeds: expected distinct seeds (`config` is the config's own seed, 141 here), got [1, 2, 2]"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, seeds: [config, 141]}]\n",
+     "experiments[0].seeds: expected distinct seeds (`config` is the config's own seed, 141 here)"),
+    ("title: t\nout: o\noverrides: [train.seed=5]\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     ": overrides: expected no train.seed (the sweep sets it"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [run.dir=x]}]\n",
+     "experiments[0].overrides: expected no run.dir (the sweep sets it"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.lr=10], "
+     "grid: {train.lr: [5, 10]}}]\n",
+     "experiments[0].overrides: expected no key the grid of experiments[0] also sets (train.lr: keep one)"),
+    # a report command's placeholders, quotes and config keys, checked before anything runs
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {outt} --out x']\n",
+     "report command 'table {outt} --out x': unknown placeholder {outt} (the placeholders are {out} and {runs})"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {out --out x']\n",
+     "expected '}' before end of string (a brace is written {{ or }} outside the placeholders"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n"
+     "report: ['table {out} --out x --only \"head.name=softmax']\n",
+     "No closing quotation (a quote opened and not closed)"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n"
+     "report: ['table {out} --out x --only modle.emsize=8']\n",
+     "--only modle.emsize: not a config key of any of the plan's runs"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n"
+     "report: ['versus {out} --key model.emsze --out x']\n",
+     "--key model.emsze: not a config key of any of the plan's runs"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\n"
+     "report: ['curves {out} --out x --group-by head.components']\n",    # MoS's key, no run of this plan's
+     "--group-by head.components: not a config key of any of the plan's runs"),
 ])
 def test_a_bad_plan_is_one_line(text, message, tmp_path, capsys):
     plan = tmp_path / "plan.yaml"

@@ -100,6 +100,7 @@ def test_outputs_contexts_and_precision(tiny_runs, capsys):
     result = json.loads(out[-1])
     assert "Press rank" in out[-2]
     assert result["shape"][0] == 100 and result["contexts"] == 100
+    assert result["corpus"]["published"] is False and set(result["corpus"]["tokens"]) == {"valid", "test"}
     assert set(result["effective_rank"]) == {"0.001", "0.0001", "1e-05"}
     values = np.load(path.parent / "singular_values_test_logp.npy")
     assert values.shape == (100,) and np.all(np.diff(values) <= 0)
@@ -230,3 +231,10 @@ def test_a_run_without_checkpoints_and_a_missing_one_are_told_apart(tmp_path):
         existing_checkpoint(tmp_path / "nope")
     with pytest.raises(CheckpointError, match="best.pt: checkpoint not found$"):
         existing_checkpoint(tmp_path / "nope" / "best.pt")
+    # the folder above run directories, given for one of them
+    holder = tmp_path / "runs"
+    (holder / "ptb-softmax-seed1").mkdir(parents=True)
+    (holder / "ptb-softmax-seed1" / "best.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"runs: not a run directory, no best.pt and no config.yaml "
+                                              r"\(it holds runs: ptb-softmax-seed1\); give one run's directory"):
+        existing_checkpoint(holder)

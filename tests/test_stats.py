@@ -151,3 +151,23 @@ def test_a_bound_near_zero_shows_its_side():
     assert estimate.describe() == "+1.5% [+0.03, +3.1], p = 0.048"
     assert format_bound(0.034) == "+0.03" and format_bound(-0.0004) == "-0.0004" and format_bound(-2.44) == "-2.4"
     assert format_bound(0.0) == "+0.0" and format_bound(0.00001) == "+0.0000"
+
+
+def test_report_seeds_takes_the_reports_percentages(capsys):
+    """`report.py seeds` converts the reports' units (a change in percent of test ppl, the spread
+    in percent) before seeds_needed, which works on log ppl: -0.9% at 0.58% needs 8 seeds a cell
+    (in the raw function's units by mistake, -0.9 and 0.0058, it would say 2)."""
+    import report
+    assert report.main(["seeds", "--change", "-0.9", "-2", "--spread", "0.58"]) == 0
+    out = capsys.readouterr().out
+    assert "| -0.9% | 8 |" in out and "| -2% | 3 |" in out
+    assert seeds_needed(math.log1p(-0.009), 0.0058) == 8 and seeds_needed(-0.9, 0.0058) == 2
+    assert report.main(["seeds", "--change", "+3", "--spread", "1.5", "--cells", "4"]) == 0
+    assert f"| +3% | {seeds_needed(math.log1p(0.03), 0.015, cells=4)} |" in capsys.readouterr().out
+    for argv, message in ((["--change", "0", "--spread", "1"], "--change: expected a nonzero percentage"),
+                          (["--change", "-1", "--spread", "0"], "--spread: expected a percentage between 0 and 100"),
+                          (["--change", "-1", "--spread", "1", "--cells", "1"], "--cells: expected 2 or more"),
+                          (["--change", "-1", "--spread", "1", "--power", "1"], "--power: expected a probability")):
+        assert report.main(["seeds", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and message in err, err

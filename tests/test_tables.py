@@ -140,6 +140,39 @@ def test_missing_metrics_are_reported_not_dropped(runs, tmp_path):
     assert float(ss["test_ppl_mean"]) == pytest.approx(statistics.mean([56.8, 56.7, 56.85]))
 
 
+def test_a_test_ppl_or_rank_of_another_corpus_is_reported_not_used(tmp_path):
+    """A run trained on the published PTB, then evaluated and ranked on a slice
+    (--data-dir, --allow-modified-corpus): their files' corpus record says so, and the table
+    lists them as missing; a run trained on a modified corpus keeps its own numbers."""
+    root = tmp_path / "runs"
+    published = make_run(root, "ptb-softmax-published", "softmax", 1, test_ppl=57.0, press_rank=402)
+    sliced = make_run(root, "ptb-softmax-sliced", "softmax", 2, test_ppl=30.0, press_rank=77)
+    own = make_run(root, "ptb-softmax-own", "softmax", 3, test_ppl=58.0, press_rank=402)
+    config = yaml.safe_load((own / "config.yaml").read_text())
+    config["data"]["allow_modified_corpus"] = True
+    (own / "config.yaml").write_text(yaml.safe_dump(config))
+    slice_record = {"folder": "/tmp/slice/ptb", "published": False, "tokens": {"valid": 300, "test": 334}}
+    for run_dir, record in ((published, {"folder": "corpora/ptb", "published": True, "tokens": {"valid": 73760,
+                                                                                               "test": 82430}}),
+                            (sliced, slice_record), (own, slice_record)):
+        for name in ("eval_best.json", "rank_test.json"):
+            result = json.loads((run_dir / name).read_text())
+            (run_dir / name).write_text(json.dumps({**result, "corpus": record}))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t.md").read_text()
+    missing = markdown.split("## Missing or incomplete")[1]
+    for name in ("eval_best.json", "rank_test.json"):
+        assert (f"{name} was computed on a corpus that is not the published one (/tmp/slice/ptb, 334 test "
+                f"tokens), the run trained on the published one") in missing
+    assert "ptb-softmax-published" not in missing and "ptb-softmax-own" not in missing
+    assert "30.00" not in markdown and "77" not in markdown.split("## Missing")[0]
+    # a modified corpus is another configuration (pooling.py): its own row
+    rows = read_csv(tmp_path / "t.csv")
+    published_row = rows["Softmax (data.allow_modified_corpus=False, data.data_dir=None)"]
+    assert float(published_row["test_ppl_mean"]) == pytest.approx(57.0) and published_row["runs"] == "2"
+    assert float(rows["Softmax (data.allow_modified_corpus=True, data.data_dir=None)"]["test_ppl_mean"]) == 58.0
+
+
 def test_a_test_ppl_or_rank_of_other_weights_than_best_pt_is_reported_not_used(tmp_path):
     """eval_best.json / rank_test.json carry the step of the weights they scored; a run evaluated
     after epoch 2 and then trained on to a better epoch 3 has stale ones."""
@@ -458,3 +491,22 @@ def test_a_rank_cell_says_a_spread_of_zero_as_such():
     assert format_rank([34], 1) == "34"
     assert format_rank([940, 950], 2) == "945.0 ± 7.1"
     assert format_rank([34, 34], 3) == "34 ± 0 (n=2)"
+
+
+def test_one_pair_is_its_own_holm_family_and_the_rank_note_gives_the_contexts(tmp_path):
+    """A table with one testable pair says that Holm's p is its own p (not "over the 1 pairs");
+    the note says over how many test contexts the ranks were taken, and when runs differ."""
+    root = tmp_path / "runs"
+    for seed, ppl in ((1, 100.0), (2, 101.0)):
+        make_run(root, f"ptb-softmax-seed{seed}", "softmax", seed, test_ppl=ppl, press_rank=34)
+        make_run(root, f"ptb-mos-seed{seed}", "mos", seed, test_ppl=ppl - 5, press_rank=900 + seed)
+    for run_dir in root.iterdir():
+        rank = json.loads((run_dir / "rank_test.json").read_text())
+        rank["contexts"] = 300 if run_dir.name == "ptb-mos-seed2" else 10_000
+        rank["dtype"] = "float64" if run_dir.name == "ptb-mos-seed1" else "float32"
+        (run_dir / "rank_test.json").write_text(json.dumps(rank))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    text = (tmp_path / "t.md").read_text()
+    assert "| pair | n (Welch's df) | test ppl: % [95% CI], p | Holm's p (one pair: its own p) |" in text
+    assert ("over the first 300 or 10,000 test contexts in float32 or float64 (rank.py --contexts, --dtype; **they differ between "
+            "runs**, and a rank depends on both)") in text
