@@ -150,6 +150,9 @@ def open_split(path: str, split: str, contexts: int | None, dtype: str, device: 
     run.corpus.check_batchable(split, 1, "batch size")
     source = batchify(ids, 1, device)
     available = source.size(0) - 1                     # contexts with a next token
+    if contexts is not None and contexts > available:
+        print(f"note: {contexts:,} contexts asked, the {split} split has {available:,}; all are used",
+              file=sys.stderr)
     return run, model, source, min(contexts or available, available)
 
 

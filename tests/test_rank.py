@@ -110,6 +110,12 @@ def test_outputs_contexts_and_precision(tiny_runs, capsys):
     assert eff["0.001"] <= eff["0.0001"] <= eff["1e-05"] <= result["shape"][1]
     double = ranks(path, "--dtype", "float64")
     assert double["dtype"] == "float64" and double["press_rank"] == D + 2
+    # more contexts than the split has: all of them, and a note that says so
+    tokens = result["corpus"]["tokens"]["test"]
+    assert rank.main([str(path), "--contexts", "10000000", "--json", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["contexts"] == tokens - 1
+    assert f"note: 10,000,000 contexts asked, the test split has {tokens - 1:,}; all are used" in captured.err
 
 
 def test_the_matrix_is_what_evaluation_computes(tiny_runs, ptb_slice):
