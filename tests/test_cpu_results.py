@@ -272,14 +272,25 @@ def claims_table() -> dict[str, list[str]]:
     return {row.split(" | ")[0].strip("| "): row for row in table.splitlines()[2:]}
 
 
+def pooled_spread(study: str) -> tuple[float, float]:
+    """A study's pooled seed spread of test ppl and its interval's upper end (fractions), as its
+    table report prints them (the converged study's heads.md, the 6-epoch seven_heads.md)."""
+    report = REPO / "results" / study / "report" / ("heads.md" if study == CONVERGED else "seven_heads.md")
+    spread, _, upper = (float(x) / 100 for x in re.search(
+        r"\*\*([\d.]+)% \[([\d.]+), ([\d.]+)\]\*\*", seed_spread(report)).groups())
+    return spread, upper
+
+
 def test_the_claims_tested_give_the_runs_changes_and_the_seeds_they_need():
     """Every change the table quotes is the committed runs' (the ratio of geometric means of test
-    ppl), and the seeds per cell are seeds_needed's at the 6-epoch study's pooled seed spread and
-    at its interval's upper end, as seven_heads.md prints them. A row without seeds has none."""
-    spread_line = seed_spread(RESULTS / "report" / "seven_heads.md")
-    spread, _, upper = (float(x) / 100 for x in re.search(
-        r"\*\*([\d.]+)% \[([\d.]+), ([\d.]+)\]\*\*", spread_line).groups())
-    assert f"**{100 * spread:.2f}% [" in doc_section("docs/results_cpu.md", "The claims, tested")
+    ppl), and the seeds per cell are seeds_needed's at the pooled seed spread of the study the
+    change is measured in (the converged runs' for a converged change, the 6-epoch runs' for a
+    6-epoch one) and at that spread's interval's upper end, as the reports print them. A row
+    without seeds has none."""
+    section = doc_section("docs/results_cpu.md", "The claims, tested")
+    spreads = {study: pooled_spread(study) for study in (CONVERGED, SIX)}
+    for spread, upper in spreads.values():
+        assert f"**{100 * spread:.2f}% [" in section and f"{100 * upper:.2f}%" in section
     rows = claims_table()
     checked = set()
     for label, comparisons in SEEDS_NEEDED.items():
@@ -291,6 +302,7 @@ def test_the_claims_tested_give_the_runs_changes_and_the_seeds_they_need():
         for comparison in comparisons:
             value = sum(w * sum(v) / len(v) for w, *cell in comparison for v in [log_test_ppl(*cell)])
             assert f"{100 * math.expm1(value):+.1f}%" in cells[1], (label, 100 * math.expm1(value))
+            spread, upper = spreads[comparison[0][1]]
             expected.append(f"{seeds_needed(value, spread, len(comparison))} "
                             f"({seeds_needed(value, upper, len(comparison))})")
         assert re.findall(r"\d+ \(\d+\)", cells[-1]) == expected, (label, expected)
