@@ -272,6 +272,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def _apply_override(raw: dict, text: str, origin: dict) -> None:
     keys, value = parse_override(text)
     node = raw
+    if keys[0] not in raw:          # a section the override brings (a typo's): the override names it
+        origin[keys[0]] = f"override {text!r}"
     for key in keys[:-1]:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):

@@ -16,8 +16,9 @@ and data position, and takes its own clipping, SGD / averaged SGD step, validati
 switch, best.pt / last.pt, metrics.jsonl and early stop: it trains as its solo run does (to
 float rounding: the batched body sums in another order than cuDNN). A member that finishes or
 stops (its epochs, an early stop, run.max_steps, a non-finite value) leaves and the others go
-on; how it ended is in its run directory's group_exit.json, and run.json lists the groups it
-was trained in.
+on; how it ended is printed and written to its run directory's group_exit.json as it leaves
+(removed when the run next starts, in a group or alone), and run.json lists the groups it was
+trained in.
 
 How a step is computed (--group-step):
   batched  one pass of all the bodies together (model/group.py: batched products over the
@@ -42,13 +43,14 @@ from pathlib import Path
 
 import torch
 
+from data.corpus import resolve_data_dir
 from model import count_parameters
 from model.group import grouped_forward, on_device, padded, stacked
 from model.random_stream import RandomStream
 from .averaged_sgd import step_optimizers
 from .distributed import World
 from .progress import TrainingProgress
-from .run_directory import RunDirectoryError, write_text_atomic
+from .run_directory import GROUP_EXIT, RunDirectoryError, write_text_atomic
 from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
 
 # What every member of a group must share: the bodies are computed together (shapes, batch
@@ -57,7 +59,7 @@ SHARED_KEYS = ("data.dataset", "model.emsize", "model.nhid", "model.nhidlast", "
                "train.batch_size", "train.small_batch_size", "train.bptt", "train.eval_batch_size",
                "train.test_batch_size", "run.tf32", "run.deterministic")
 
-EXIT_FILE = "group_exit.json"          # how a run ended in its group (sweep.py reads it)
+EXIT_FILE = GROUP_EXIT                  # how a run ended in its group (sweep.py reads it)
 
 
 class GroupRefused(Exception):
@@ -103,7 +105,7 @@ def shared_value(config, key: str):
 
 def check_group(resolved: list, devices: list) -> None:
     """GroupRefused unless the runs can train together: distinct run directories, none
-    finished, the shared keys and the device equal."""
+    finished, the shared keys, the device and the corpus folder equal."""
     dirs = {}                               # run directory -> the member (from 1) that trains there
     for number, (config, run_dir, ckpt) in enumerate(resolved, 1):
         key = run_dir.resolve()
@@ -129,11 +131,26 @@ def check_group(resolved: list, devices: list) -> None:
         if device != devices[0]:
             raise GroupRefused(f"--group: run.device gives {devices[0]} for {resolved[0][1]} but "
                                f"{device} for {run_dir}; a group trains on one device")
+        if corpus_folder(config) != corpus_folder(first):
+            raise GroupRefused(f"--group: the corpus is {corpus_folder(first)} for {resolved[0][1]} but "
+                               f"{corpus_folder(config)} for {run_dir} (data.data_dir, else $AWD_DATA_DIR); "
+                               f"a group's runs read one corpus")
 
 
-def resolve_members(members: list[str]) -> tuple[list, list]:
+def group_key(config) -> tuple:
+    """What runs that can train together have equal (sweep.py --group sorts a plan's runs by it)."""
+    return (*(shared_value(config, k) for k in SHARED_KEYS), corpus_folder(config), config.run.device)
+
+
+def corpus_folder(config) -> Path:
+    """The folder a run reads its corpus from: the members' batches and vocabulary are computed
+    together, so two folders (a slice and the full corpus, say) cannot share a group."""
+    return (resolve_data_dir(config.data.data_dir) / config.data.dataset).resolve()
+
+
+def resolve_members(members: list[str]) -> tuple[list, list, torch.device]:
     """Each member's arguments and (config, run directory, last.pt when resuming), checked
-    as a group; nothing is written."""
+    as a group, and the group's device; nothing is written."""
     from .loading import select_device
     parsed = [parse_member(text, i) for i, text in enumerate(members)]
     resolved, devices = [], []
@@ -144,7 +161,11 @@ def resolve_members(members: list[str]) -> tuple[list, list]:
         except SETUP_ERRORS as e:
             raise GroupRefused(f"--group member {index + 1} ({text!r}): {e}") from None
     check_group(resolved, devices)
-    return parsed, resolved
+    return parsed, resolved, devices[0]
+
+
+def runs(count: int) -> str:
+    return f"{count} run" + ("" if count == 1 else "s")
 
 
 def step_kind(choice: str, device: torch.device) -> str:
@@ -323,7 +344,7 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
               file=sys.stderr)
         return 2
     try:
-        parsed, resolved = resolve_members(members)
+        parsed, resolved, device = resolve_members(members)
     except GroupRefused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -346,23 +367,25 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
             remove_created(created)
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if dry_run:
-            return 0
-        device = prepared[0].device
         kind = step_kind(step_choice, device)
+        if dry_run:
+            print(f"--dry-run: the group would start: {runs(len(members))} on {device}, one step of "
+                  f"all at a time ({kind} step); nothing written")
+            return 0
         for trainer, run in zip(trainers, prepared):
             trainer.signals = trainers[0].signals          # one handler for the group
             report_start(run, world, trainer.progress, count_parameters(trainer.model))
             if run.config.run.tensorboard:
                 trainer.run_log.open_tensorboard(trainer.progress.step)
         record_group(trainers, kind)
-        print(f"group of {len(trainers)} runs on {device}, one step of all at a time ({kind} step)",
+        print(f"group of {runs(len(trainers))} on {device}, one step of all at a time ({kind} step)",
               flush=True)
         # Side by side on a CPU's cores; a GPU's solo steps go one after another (its stream runs
         # one kernel at a time whoever launches it).
         step = batched_steps if kind == "batched" else SideBySide(torch.get_num_threads() if device.type == "cpu" else 1)
+        configs = {t: run.config for t, run in zip(trainers, prepared)}
         try:
-            ends = train.train_runs(trainers, step)
+            ends = train.train_runs(trainers, step, on_end=lambda t, end: say_end(train, t, end, configs[t]))
         except (RunDirectoryError, OSError) as e:
             reason = e if isinstance(e, RunDirectoryError) else f"cannot write ({e.strerror or e})"
             print(f"error: {reason}; the group stopped (each run continues from its last.pt: "
@@ -373,7 +396,7 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
                 step.close()
             for t in trainers:
                 t.run_log.close()
-        return report_ends(train, trainers, ends, prepared)
+        return exit_code(trainers, ends)
 
 
 def remove_created(run_dirs: list[Path]) -> None:
@@ -385,21 +408,25 @@ def remove_created(run_dirs: list[Path]) -> None:
             run_dir.rmdir()
 
 
-def report_ends(train, trainers, ends, prepared) -> int:
-    """Each member's end, on the terminal and in its group_exit.json; the group's exit code."""
-    codes, signalled = [], None
-    for t, run in zip(trainers, prepared):
-        stopped = ends[t]
-        if stopped is None:
-            code, message = 0, train.finish_message(t.progress, run.config, t.run_dir, World())
-        else:
-            code, message = stopped.exit_code, f"stopped: {stopped}"
-            if code > 128:
-                signalled = code
-        print(f"{t.run_dir}: {message}", file=sys.stderr if code else sys.stdout, flush=True)
-        write_text_atomic(t.run_dir / EXIT_FILE, json.dumps(
-            {"exit_code": code, "message": message, "epoch": t.progress.epoch, "step": t.progress.step}) + "\n")
-        codes.append(code)
+def say_end(train, t, end, config) -> None:
+    """A member's end as it leaves the group: its line on the terminal and its group_exit.json
+    (the exit code its solo run would have had, the message, the epochs done and the step)."""
+    if end is None:
+        code, message = 0, train.finish_message(t.progress, config, t.run_dir, World())
+    else:
+        code, message = end.exit_code, f"stopped: {end}"
+    print(f"{t.run_dir}: {message}", file=sys.stderr if code else sys.stdout, flush=True)
+    write_text_atomic(t.run_dir / EXIT_FILE, json.dumps(
+        {"exit_code": code, "message": message, "epochs_done": t.progress.epoch - 1,
+         "step": t.progress.step}) + "\n")
+
+
+def exit_code(trainers: list, ends: dict) -> int:
+    """The group's exit code: a signal's (128 + N) if one stopped it, with the command that
+    continues the members it stopped; else the largest of the members' (0: all ended without an
+    error)."""
+    codes = [0 if ends[t] is None else ends[t].exit_code for t in trainers]
+    signalled = next((code for code in codes if code > 128), None)
     if signalled:
         print(f"continue the group with {group_resume_command([t for t in trainers if ends[t]])}",
               file=sys.stderr)

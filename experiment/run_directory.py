@@ -37,6 +37,9 @@ FINETUNE_DIR = "finetune"
 # One JSON line per command sweep.py ran in the run directory, with its CPU time (launch/runs.py
 # writes it, report.py cost adds it up; a run trained over several sittings has a line for each).
 CPU_TIMES = "cpu_times.jsonl"
+# How a run's last sitting in a group ended (experiment/group.py writes it as the run leaves the
+# group, sweep.py reads it); every sitting removes an earlier one's as it starts.
+GROUP_EXIT = "group_exit.json"
 
 
 def finetune_config(source: Path, overrides: Sequence[str] = ()) -> Config:

@@ -314,7 +314,8 @@ def finish_message(progress: TrainingProgress, config: Config, run_dir: Path, wo
         return f"done: {progress.step} steps, {best}; {evaluate}"
     where = (f"stopped: run.max_steps={config.run.max_steps} reached (step {progress.step}, "
              f"epoch {progress.epoch} of {config.train.epochs})")
-    resume = f"continue with {resume_command(run_dir, world)}"
+    # run.max_steps is saved with the run: a plain --resume would stop at once where it stopped.
+    resume = f"continue with {resume_command(run_dir, world)} run.max_steps=null (or a larger run.max_steps)"
     if progress.val_history or (run_dir / "best.pt").is_file():   # (a finetuning's starting weights)
         return f"{where}; {best}; {evaluate} (its best.pt), or {resume}"
     return (f"{where}, before the first validation, so there is no best.pt yet; {resume}, or "

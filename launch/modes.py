@@ -29,16 +29,16 @@ def alone(runs: Sequence[PlannedRun]) -> list[Item]:
 
 def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
     """The runs as work items: those still to train in groups of up to `size` runs that can
-    train together (the same experiment/group.py SHARED_KEYS and device), filled in plan order,
+    train together (the same experiment/group.py group_key: shapes, corpus, device), filled in plan order,
     each group where its first run is; the others (trained, or only results) alone."""
-    from experiment.group import SHARED_KEYS, shared_value
+    from experiment.group import group_key
     items: list[list[PlannedRun]] = []
     open_groups: dict[tuple, list[PlannedRun]] = {}
     for run in runs:
         if results_only(run) or finished_safely(run):
             items.append([run])
             continue
-        key = (*(shared_value(run.config, k) for k in SHARED_KEYS), run.config.run.device)
+        key = group_key(run.config)
         group = open_groups.get(key)
         if group is None or len(group) == size:
             group = open_groups[key] = []

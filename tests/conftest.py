@@ -9,6 +9,9 @@ from pathlib import Path
 # Tiny test models gain nothing from several threads and lose much when the cores are
 # shared; one thread for this process and every subprocess it starts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Bitwise MKL products whatever the memory alignment, as train.py sets for its process (here
+# before any product, whichever test module imports train first).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import errno  # noqa: E402
 

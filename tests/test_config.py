@@ -67,6 +67,7 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("run.ddp_reduce=ring", "run.ddp_reduce: expected one of 'ordered', 'allreduce', got 'ring'"),
     ("run.deterministic=sometimes", "run.deterministic: expected true or false"),
     ("lr=3", "unknown section 'lr'"),
+    ("trian.lr=1", "unknown section 'trian'"),        # a newcomer's typo: the override is named too
     ("train.lr", "expected key=value"),
 ])
 def test_bad_values_name_the_override_and_key(override, expected):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -382,6 +383,19 @@ def test_the_solo_step_side_by_side_is_the_solo_run_bit_for_bit(threads, tiny, f
         assert_same_run(tmp_path / f"solo-{head}", tmp_path / f"group-{head}", 0.0)
 
 
+def test_train_asks_mkl_for_bitwise_products_unless_the_user_chose():
+    """Without it, on an Intel CPU (MKL's AVX-512 kernels) the side-by-side step above differed
+    from the solo run in the last bit (a worker thread's memory lies elsewhere); on an AMD CPU
+    it did not, so the setting itself is checked here, in a process of its own."""
+    code = "import os, train; print(os.environ['MKL_CBWR'])"
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    repo = Path(__file__).resolve().parents[1]
+    for own, expected in ((None, "AUTO,STRICT"), ("COMPATIBLE", "COMPATIBLE")):
+        result = subprocess.run([sys.executable, "-c", code], env={**env, **({"MKL_CBWR": own} if own else {})},
+                                cwd=repo, capture_output=True, text=True, timeout=120)
+        assert result.stdout.strip() == expected, result.stderr
+
+
 # ---------------------------------------------------------------------- stopping and resuming
 def test_a_group_stopped_and_resumed_ends_bit_identical_to_one_never_stopped(tiny, float64, tmp_path):
     schedule = [*tiny, "train.epochs=2", "train.asgd_switch_epoch=1"]
@@ -412,6 +426,33 @@ def test_a_run_started_in_a_group_and_continued_alone_and_the_reverse_end_as_sol
                             ["--resume", str(tmp_path / "c"), "run.max_steps=100000"])) == 0
     assert_same_run(solo[1], tmp_path / "a", 1e-10)
     assert_same_run(solo[2], tmp_path / "b", 1e-10)
+    # how a run's last sitting in a group ended: gone once it went on alone, else that sitting's
+    assert not (tmp_path / "a" / "group_exit.json").exists()
+    ended = json.loads((tmp_path / "c" / "group_exit.json").read_text())
+    assert (ended["exit_code"], ended["epochs_done"], ended["message"][:5]) == (0, 2, "done:")
+
+
+def test_a_member_that_ends_first_says_so_as_it_leaves(tiny, tmp_path, monkeypatch, capsys):
+    """A newcomer's short run had no group_exit.json, nor its "done" line, until its group's
+    last member ended: both come as it leaves, with the epochs it did."""
+    short, longer = tmp_path / "short", tmp_path / "longer"
+    seen = []
+    real_step = train.Trainer.train_step
+
+    def step(self):
+        if self.run_dir == longer:
+            seen.append((short / "group_exit.json").is_file())
+        return real_step(self)
+    monkeypatch.setattr(train.Trainer, "train_step", step)
+    assert train.main(group(member("softmax", 1, short, *tiny, "train.epochs=1"),
+                            member("softmax", 2, longer, *tiny, "train.epochs=2"), step="solo")) == 0
+    assert seen[0] is False and seen[-1] is True
+    for run_dir, epochs in ((short, 1), (longer, 2)):
+        ended = json.loads((run_dir / "group_exit.json").read_text())
+        assert (ended["exit_code"], ended["epochs_done"]) == (0, epochs)
+        assert ended["step"] == last(run_dir)["progress"]["step"]
+    out = capsys.readouterr().out
+    assert out.index(f"{short}: done:") < out.index(f"{longer}: done:")
 
 
 def test_a_member_that_diverges_leaves_and_the_others_go_on(tiny, tmp_path, capsys):
@@ -476,6 +517,8 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("case, expected", [
     ("shapes", r"--group: model\.nhid is 24 for .* but 32 for .*; a group's runs share"),
+    # a newcomer's slice beside the full corpus: the batched step crashed in torch.stack
+    ("corpus", r"--group: the corpus is \S+ for .* but \S+/other/ptb for .*; a group's runs read one corpus$"),
     ("same dir", r"--group: members 1 and 2 both train in \S+; give each run its own run.dir$"),
     ("flag first", r"--group member 2 \('--resum runs/g1'\): --resum: a member takes a config and key=value"),
     ("finished", r"--group: .* has already finished training"),
@@ -486,7 +529,10 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
 ])
 def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_run, tmp_path, capsys):
     a = member("softmax", 1, tmp_path / "a", *tiny)
+    elsewhere = tmp_path / "other"
+    shutil.copytree(Path(tiny[0].split("=", 1)[1]) / "ptb", elsewhere / "ptb")
     others = {"shapes": [member("softmax", 2, tmp_path / "b", *tiny, "model.nhid=32")],
+              "corpus": [member("softmax", 2, tmp_path / "b", *tiny, f"data.data_dir={elsewhere}")],
               "same dir": [member("mos", 2, tmp_path / "a", *tiny)],
               "finished": [["--resume", str(tiny_run)]]}
     if case == "member":
@@ -507,6 +553,18 @@ def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_ru
     assert re.fullmatch(f"error: {expected}.*", err), err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert sorted(tiny_run.iterdir()) == before
+
+
+def test_a_dry_run_prints_each_config_and_says_the_group_would_start(tiny, tmp_path, capsys):
+    """A newcomer's --dry-run printed the members' configs and never said whether the group itself
+    would start (its checks pass) nor how: its last line does; nothing is written."""
+    assert train.main([*group(member("softmax", 1, tmp_path / "a", *tiny), member("mos", 2, tmp_path / "b", *tiny),
+                              step="solo"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("model:") >= 2
+    assert out.rstrip().splitlines()[-1] == ("--dry-run: the group would start: 2 runs on cpu, one step of all "
+                                             "at a time (solo step); nothing written")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_a_group_is_refused_under_torchrun(monkeypatch, capsys, tiny, tmp_path):

@@ -600,13 +600,18 @@ def test_run_max_steps_says_whether_there_is_a_best_pt_yet(small, tmp_path, caps
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line == (f"stopped: run.max_steps=3 reached (step 3, epoch 1 of 500), before the first "
                     f"validation, so there is no best.pt yet; continue with python train.py --resume "
-                    f"{early}, or evaluate the weights where it stands with python evaluate.py "
-                    f"{early / 'last.pt'}")
+                    f"{early} run.max_steps=null (or a larger run.max_steps), or evaluate the weights "
+                    f"where it stands with python evaluate.py {early / 'last.pt'}")
+    # the continuation the line names trains on (a plain --resume would stop at step 3 again)
+    assert train.main(["--resume", str(early), "run.max_steps=5"]) == 0
+    assert torch.load(early / "last.pt", weights_only=True)["progress"]["step"] == 5
+    capsys.readouterr()
     assert train.main([PTB, *small, "run.max_steps=60", f"run.dir={later}"]) == 0    # an epoch is ~50
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("stopped: run.max_steps=60 reached (step 60, epoch 2 of 500); best valid ppl ")
     assert line.endswith(f"; evaluate with python evaluate.py {later} (its best.pt), or continue "
-                         f"with python train.py --resume {later}")
+                         f"with python train.py --resume {later} run.max_steps=null (or a larger "
+                         f"run.max_steps)")
 
 
 def test_a_signal_stop_names_the_signal_once(small, tmp_path, capsys, monkeypatch):
