@@ -59,9 +59,6 @@ SHARED_KEYS = ("data.dataset", "model.emsize", "model.nhid", "model.nhidlast", "
                "train.batch_size", "train.small_batch_size", "train.bptt", "train.eval_batch_size",
                "train.test_batch_size", "run.tf32", "run.deterministic")
 
-EXIT_FILE = GROUP_EXIT                  # how a run ended in its group (sweep.py reads it)
-
-
 class GroupRefused(Exception):
     """A group that cannot start; one line, and nothing has been written."""
 
@@ -416,7 +413,7 @@ def say_end(train, t, end, config) -> None:
     else:
         code, message = end.exit_code, f"stopped: {end}"
     print(f"{t.run_dir}: {message}", file=sys.stderr if code else sys.stdout, flush=True)
-    write_text_atomic(t.run_dir / EXIT_FILE, json.dumps(
+    write_text_atomic(t.run_dir / GROUP_EXIT, json.dumps(
         {"exit_code": code, "message": message, "epochs_done": t.progress.epoch - 1,
          "step": t.progress.step}) + "\n")
 

@@ -34,11 +34,10 @@ from typing import IO, Sequence
 import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
-from experiment.group import EXIT_FILE
 from experiment.loading import processor_name
 from experiment.progress import TrainingProgress
-from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock,
-                                     finetune_config, run_name)
+from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, GROUP_EXIT, LOCK_NAME, RunDirectoryError,
+                                     RunLock, finetune_config, run_name)
 from . import LaunchError, stopping
 
 REPO = Path(__file__).resolve().parent.parent
@@ -572,7 +571,7 @@ def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str,
         code = run_command(command, env, account=accounts)
     trained = {}
     for run in runs:
-        path = run.dir / EXIT_FILE
+        path = run.dir / GROUP_EXIT
         try:                                   # this group's record (not an earlier sitting's)
             ended = json.loads(path.read_text(encoding="utf-8"))["exit_code"] \
                 if path.stat().st_mtime >= started else None
