@@ -58,6 +58,7 @@ steps read random words of PTB's vocabulary size.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from functools import partial
 from pathlib import Path
@@ -159,6 +160,56 @@ def cpu_pair(args) -> None:
         print(f"\nCPU pair ({config}, {args.steps} steps after {args.warmup}, {args.rounds} rounds), {name}: "
               f"{found[len(found) // 2]:.2f}x the two solo runs' tokens/s (median; {found[0]:.2f}-"
               f"{found[-1]:.2f}x; goal: at least 0.90x)")
+
+
+def cpu_pair_training(args) -> None:
+    """The CPU goal as train.py trains: two miniature runs (seeds 1 and 2, each with its own
+    sampled BPTT lengths, which a group's step has to wait for) trained by one `train.py --group`
+    at 2 threads, against the same two trained at once by two train.py processes at 1 thread each,
+    --steps steps each (run.max_steps), in turn for --rounds rounds. Tokens/s from each run's
+    last.pt: its position (x batch size) over the training seconds its progress counts, start-up,
+    loading and saving left out; a group's members share its wall time, so the group's tokens/s is
+    their tokens over their seconds summed."""
+    import os
+    import subprocess
+    import tempfile
+    config = SHAPES["mini"][0]
+    batch = load_config(config).train.batch_size
+    repo = Path(__file__).resolve().parent.parent
+
+    def run_args(folder: str, seed: int) -> list[str]:
+        return [config, f"train.seed={seed}", f"run.max_steps={args.steps}", f"run.dir={folder}/seed{seed}",
+                "run.device=cpu", "run.tensorboard=false", *args.overrides]
+
+    def trained(folder: str, seed: int) -> tuple[float, float]:
+        progress = torch.load(Path(folder) / f"seed{seed}" / "last.pt", weights_only=True)["progress"]
+        return progress["position"] * batch, progress["epoch_seconds"]
+
+    def train_at(commands: list[list[str]], threads: int) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        procs = [subprocess.Popen([sys.executable, str(repo / "train.py"), *command], cwd=repo, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for command in commands]
+        for proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(f"error: train.py ended with {proc.returncode}: {err.strip().splitlines()[-1:]}")
+
+    ratios = []
+    for round_ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as solo, tempfile.TemporaryDirectory() as grouped:
+            train_at([run_args(solo, 1), run_args(solo, 2)], threads=1)
+            two = sum(tokens / seconds for tokens, seconds in (trained(solo, 1), trained(solo, 2)))
+            train_at([["--group", shlex.join(run_args(grouped, 1)), shlex.join(run_args(grouped, 2))]], threads=2)
+            own = [trained(grouped, 1), trained(grouped, 2)]
+            pair = sum(tokens for tokens, _ in own) / sum(seconds for _, seconds in own)
+        ratios.append(pair / two)
+        print(f"round {round_ + 1}: two train.py processes at 1 thread each, at once: {two:,.0f} tokens/s; "
+              f"train.py --group of the two at 2 threads: {pair:,.0f} ({pair / two:.2f}x)", flush=True)
+    found = sorted(ratios)
+    print(f"\nCPU pair in training ({config}, seeds 1 and 2, {args.steps} steps each, {args.rounds} rounds): "
+          f"the group {found[len(found) // 2]:.2f}x the two processes' tokens/s (median; "
+          f"{found[0]:.2f}-{found[-1]:.2f}x; goal: at least 0.90x)")
 
 
 def plan_table(args, device: torch.device, kind: str) -> None:
@@ -358,7 +409,10 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row (reads PTB: AWD_DATA_DIR)")
-    parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair: rounds of both (default 3)")
+    parser.add_argument("--cpu-pair-training", action="store_true",
+                        help="only the CPU goal in training: train.py --group of two seeds against two "
+                             "train.py processes, --steps steps each (reads PTB: AWD_DATA_DIR)")
+    parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair(-training): rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     parser.add_argument("--products", action="store_true",
                         help="only the time loop's product, several ways, per G (the docstring)")
@@ -386,9 +440,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.cpu_pair:
+    if args.cpu_pair or args.cpu_pair_training:
         print(environment(torch.device("cpu")))
-        cpu_pair(args)
+        (cpu_pair if args.cpu_pair else cpu_pair_training)(args)
         return
     device = select_device(args.device, "--device")
     kind = step_kind(args.kind, device)
