@@ -3,6 +3,7 @@
     python benchmarks/bench_group.py                              # CUDA when present, else the CPU
     python benchmarks/bench_group.py --device cpu --shapes mini --groups 1 2 --threads 2
     python benchmarks/bench_group.py --cpu-pair                   # the CPU goal's row (below)
+    python benchmarks/bench_group.py --cpu-pair-training --steps 150   # the same in training
     python benchmarks/bench_group.py --plan sweeps/cpu_converged_heads.yaml   # a plan's runs
     python benchmarks/bench_group.py --profile 16                 # where a group step's time goes
     python benchmarks/bench_group.py --profile 4 --shapes ptb     # the same at PTB's full shapes
@@ -20,6 +21,12 @@ the solo run's tokens/s and PTB's shapes at G = 4 at least 2x.
 --cpu-pair: on a CPU with two cores, a group of 2 at 2 threads (the solo step side by side) against
 two solo runs at one thread each, training at the same time in two processes (as sweep.py --jobs 2
 runs them), in turn over a few rounds. The goal: at least 0.9x.
+
+--cpu-pair-training: the same goal as train.py trains: one `train.py --group` of seeds 1 and 2 of
+the miniature at 2 threads against the two trained at once by two train.py processes at one thread
+each, --steps steps each, each seed with its own sampled BPTT lengths (--cpu-pair fixes them at
+bptt, so its group never waits for the member with the longer step); tokens/s from the runs'
+last.pt, start-up left out.
 
 --plan: for every run of a plan (its configs and overrides, seeds as planned), the solo step's
 time, and the step of all of them as one group: what training the plan in one group would cost

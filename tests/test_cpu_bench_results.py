@@ -50,3 +50,25 @@ def test_the_later_measurements_pooled_and_round_by_round_are_as_quoted():
     first, second = rounds.values()
     assert f"ahead of side by side in {sum(b > a for a, b in first)} of the {len(first)} rounds of the first" in row
     assert f"behind in {sum(b < a for a, b in second)} of the {len(second)} of the second" in row
+
+
+TRAINING_ROUND = re.compile(r"at once: ([\d,]+) tokens/s; train\.py --group of the two at 2 threads: [\d,]+ \(([\d.]+)x\)")
+
+
+def test_the_training_pair_row_quotes_every_round_of_its_files():
+    """bench_group.py --cpu-pair-training's files: each round's ratio, in order, and the two
+    processes' range for the committed code's file, as the row quotes them."""
+    text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| group runs on the CPU, in training"))
+    files = sorted(RAW.glob("training_pair_*.txt"))
+    assert [p.name for p in files] == ["training_pair_ahead.txt", "training_pair_lockstep.txt"]
+    for path in files:
+        rounds = TRAINING_ROUND.findall(path.read_text(encoding="utf-8"))
+        assert len(rounds) == 4, path
+        ratios = ", ".join(f"{ratio}x" for _, ratio in rounds)
+        assert f"(`{path.name}`" in row and f"{ratios}" in row, (path.name, ratios)
+        if path.name == "training_pair_lockstep.txt":
+            two = sorted(int(tokens.replace(",", "")) for tokens, _ in rounds)
+            assert f"the two processes {two[0]:,}-{two[-1]:,} tokens/s" in row
+            below = sum(float(ratio) < 0.90 for _, ratio in rounds)
+            assert f"in {below} of the 4 rounds of the committed code" in row
