@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -132,6 +133,10 @@ def shapes_table(args, device: torch.device, kind: str) -> None:
             print(f"| {g} | {rate:,.0f} | {rate / alone:.2f}x | {rate / g:,.0f} | {alone:,.0f} |", flush=True)
 
 
+def rounds(n: int) -> str:
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
 def cpu_pair(args) -> None:
     """A group of 2 at 2 threads against two solo runs at one thread each, training at once in two
     processes (benchmarks/bench_parallel.py's concurrent runs, on the PTB corpus), in turn for
@@ -164,8 +169,8 @@ def cpu_pair(args) -> None:
     for name, group in groups.items():
         group.close()
         found = sorted(ratios[name])
-        print(f"\nCPU pair ({config}, {args.steps} steps after {args.warmup}, {args.rounds} rounds), {name}: "
-              f"{found[len(found) // 2]:.2f}x the two solo runs' tokens/s (median; {found[0]:.2f}-"
+        print(f"\nCPU pair ({config}, {args.steps} steps after {args.warmup}, {rounds(args.rounds)}), {name}: "
+              f"{statistics.median(found):.2f}x the two solo runs' tokens/s (median; {found[0]:.2f}-"
               f"{found[-1]:.2f}x; goal: at least 0.90x)")
 
 
@@ -181,7 +186,7 @@ def cpu_pair_training(args) -> None:
     import subprocess
     import tempfile
     config = SHAPES["mini"][0]
-    batch = load_config(config).train.batch_size
+    batch = load_config(config, list(args.overrides)).train.batch_size
     repo = Path(__file__).resolve().parent.parent
 
     def run_args(folder: str, seed: int) -> list[str]:
@@ -214,8 +219,8 @@ def cpu_pair_training(args) -> None:
         print(f"round {round_ + 1}: two train.py processes at 1 thread each, at once: {two:,.0f} tokens/s; "
               f"train.py --group of the two at 2 threads: {pair:,.0f} ({pair / two:.2f}x)", flush=True)
     found = sorted(ratios)
-    print(f"\nCPU pair in training ({config}, seeds 1 and 2, {args.steps} steps each, {args.rounds} rounds): "
-          f"the group {found[len(found) // 2]:.2f}x the two processes' tokens/s (median; "
+    print(f"\nCPU pair in training ({config}, seeds 1 and 2, {args.steps} steps each, {rounds(args.rounds)}): "
+          f"the group {statistics.median(found):.2f}x the two processes' tokens/s (median; "
           f"{found[0]:.2f}-{found[-1]:.2f}x; goal: at least 0.90x)")
 
 

@@ -81,3 +81,19 @@ def test_bench_group_products_split_the_inner_dimension_where_the_parts_divide_i
     assert all(row.endswith("| - | - | - |") and row.count(" - ") == 3 for row in rows[:2])  # forward, inner 6
     assert all(row.endswith(" | - |") and row.count(" - ") == 1 and len(row.split(" | ")) == 8
                for row in rows[2:])                                                        # backward, inner 24
+
+
+def test_bench_group_cpu_pair_training_trains_the_pair_both_ways_with_train_py(small_data, capsys):
+    """--cpu-pair-training runs train.py as a user does (two processes, then one --group) and reads
+    the runs' last.pt: a round's line with both tokens/s and their ratio, and the summary."""
+    import re
+    from benchmarks import bench_group
+    from conftest import TINY
+    bench_group.main(["--cpu-pair-training", "--steps", "3", "--rounds", "1", f"data.data_dir={small_data}", *TINY])
+    out = capsys.readouterr().out
+    found = re.search(r"at once: ([\d,]+) tokens/s; train\.py --group of the two at 2 threads: ([\d,]+) "
+                      r"\(([\d.]+)x\)", out)
+    assert found, out
+    two, pair, ratio = (float(g.replace(",", "")) for g in found.groups())
+    assert two > 0 and pair > 0 and abs(pair / two - ratio) < 0.01
+    assert "seeds 1 and 2, 3 steps each, 1 round): the group" in out
