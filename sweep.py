@@ -44,7 +44,7 @@ from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, s
                           tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
 from launch.runs import (Experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
-                         plan_runs, rank_analysis, trainings_together)
+                         options_refused, plan_runs, rank_analysis, trainings_together)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
 
@@ -116,7 +116,9 @@ def parse_args(argv=None):
             args.seeds = [int(s) for s in args.seeds if "=" not in s]
         except ValueError as e:
             parser.error(f"--seeds: expected integers ({e})")
-    if args.mode != "slurm" and (args.submit or args.sbatch or args.array_limit):
+    if args.array_limit is not None and args.array_limit < 1:
+        parser.error(f"--array-limit: expected an integer >= 1, got {args.array_limit}")
+    if args.mode != "slurm" and (args.submit or args.sbatch or args.array_limit is not None):
         parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
     if args.mode != "gpus" and (args.gpus or args.runs_per_gpu != 1):
         parser.error("--gpus and --runs-per-gpu belong to --mode gpus")
@@ -161,6 +163,8 @@ def parse_args(argv=None):
             parser.error(f"{given[0]}: {args.config} is a plan, which names its own grids and rank options")
     elif args.report:
         parser.error("--report runs a plan's report commands: give a plan file")
+    elif args.rank and (refused := options_refused(rank_analysis(shlex.split(args.rank_args)))):
+        parser.error(f"--rank-args: rank.py would refuse them: {refused}")
     elif args.finetune_only or args.train_only:
         parser.error(f"{'--finetune-only' if args.finetune_only else '--train-only'} is about a plan's "
                      f"finetune_best stage: give a plan file")

@@ -41,7 +41,8 @@ from analysis.commands import check as check_report_arguments, config_keys_named
 from analysis.pooling import flatten
 from experiment.config import SECTIONS, ConfigError, load_config, parse_override, read_yaml
 from . import LaunchError
-from .runs import SWEEP_KEYS, Analysis, Experiment, FinetuneBest, evaluate_analysis, rank_analysis, yaml_scalar
+from .runs import (SWEEP_KEYS, Analysis, Experiment, FinetuneBest, evaluate_analysis, options_refused,
+                   rank_analysis, yaml_scalar)
 
 CONFIG_KEYS = {*SECTIONS, "head", "base"}          # the top-level keys a config file may have
 PLAN_KEYS = {"title", "out", "seeds", "overrides", "rank", "robustness", "experiments", "report"}
@@ -135,8 +136,20 @@ def _strings(value, key: str, fail) -> list[str]:
 
 def _analyses(data: dict, where: str, fail) -> tuple[Analysis, ...]:
     """rank.py (`rank`) and rank.py --robustness (`robustness`), each with its options."""
-    return tuple(rank_analysis(_strings(data[key], f"{where}{key}", fail), robustness=key == "robustness")
-                 for key in ("rank", "robustness") if key in data)
+    analyses = []
+    for key in ("rank", "robustness"):
+        if key in data:
+            analysis = rank_analysis(_strings(data[key], f"{where}{key}", fail), robustness=key == "robustness")
+            analyses.append(_taken(analysis, f"{where}{key}", fail, data[key]))
+    return tuple(analyses)
+
+
+def _taken(analysis: Analysis, where: str, fail, value) -> Analysis:
+    """The analysis, if its script takes its options (else the plan error, before any training)."""
+    refused = options_refused(analysis)
+    if refused:
+        raise fail(where, f"options {analysis.script}.py takes ({analysis.script}.py: {refused})", value)
+    return analysis
 
 
 def _experiment(entry, index: int, plan: dict, plan_path: Path, fail, keys: set) -> Experiment:
@@ -223,5 +236,5 @@ def _evaluations(value, where: str, fail) -> tuple[Analysis, ...]:
         analysis = evaluate_analysis(shlex.split(text))
         if analysis.result == "eval_best.json":
             raise fail(where, "option lists naming --cache, --cache-search or --dynamic", text)
-        analyses.append(analysis)
+        analyses.append(_taken(analysis, where, fail, text))
     return tuple(analyses)

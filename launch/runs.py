@@ -60,6 +60,22 @@ class Analysis:
     result: str                  # e.g. rank_test.json
 
 
+def options_refused(analysis: Analysis) -> str | None:
+    """What the analysis's script says of its options (its error line, without the `SCRIPT.py:
+    error:`), or None when it takes them: a plan's or a sweep's options for rank.py and
+    evaluate.py are checked before any run trains, not once the training is paid for."""
+    import contextlib
+    import importlib
+    import io
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            importlib.import_module(analysis.script).parse_args(["RUN", *analysis.args])
+    except SystemExit:
+        return said.getvalue().strip().splitlines()[-1].split(" error: ", 1)[-1]
+    return None
+
+
 def rank_analysis(rank_args: Sequence[str], robustness: bool = False) -> Analysis:
     """rank.py with these options (--robustness: SM section 5's algorithms instead of the ranks)."""
     args = tuple(rank_args)

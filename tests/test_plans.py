@@ -357,6 +357,17 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.lr=10], "
      "grid: {train.lr: [5, 10]}}]\n",
      "experiments[0].overrides: expected no key the grid of experiments[0] also sets (train.lr: keep one)"),
+    # rank.py's and evaluate.py's options, checked at load: a typo found after the training was paid
+    ("title: t\nout: o\nrank: [--contxts, '500']\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
+     "rank: expected options rank.py takes (rank.py: unrecognized arguments: --contxts 500)"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, robustness: [--keep, many]}]\n",
+     "experiments[0].robustness: expected options rank.py takes (rank.py: argument --keep: invalid int value"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, evaluate: ['--cache --cache-windw 5']}]\n",
+     "experiments[0].evaluate: expected options evaluate.py takes (evaluate.py: unrecognized arguments: "
+     "--cache-windw 5)"),
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, "
+     "finetune_best: {evaluate: ['--dynamic --cache-theta 1']}}]\n",
+     "finetune_best.evaluate: expected options evaluate.py takes (evaluate.py: --cache-theta belongs to --cache)"),
     # a report command's placeholders, quotes and config keys, checked before anything runs
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}]\nreport: ['table {outt} --out x']\n",
      "report command 'table {outt} --out x': unknown placeholder {outt} (the placeholders are {out} and {runs})"),

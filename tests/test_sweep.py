@@ -479,6 +479,12 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     *[(["--group", "2", *other], f"--group trains several runs in one process: not with {named}")
       for other, named in ((["--nproc", "2"], "--nproc"), (["--task", "0"], "--task"),
                            (["--mode", "slurm"], "--mode slurm"))],
+    # a newcomer's --array-limit 0 vanished from the script, and -2 wrote --array=0-66%-2
+    *[(["--mode", "slurm", "--array-limit", limit], f"--array-limit: expected an integer >= 1, got {limit}")
+      for limit in ("0", "-2")],
+    (["--array-limit", "0"], "--array-limit: expected an integer >= 1, got 0"),
+    # rank.py's options are checked before the runs train, not after
+    (["--rank", "--rank-args=--contxts 5"], "--rank-args: rank.py would refuse them: unrecognized arguments: --contxts 5"),
     # GPU ids as CUDA_VISIBLE_DEVICES takes them, each once (a typo would give a worker no GPU)
     *[(["--mode", "gpus", "--gpus", gpus, "--dry-run"], "--gpus: expected GPU indices or GPU-/MIG- UUIDs, "
        f"comma-separated, each once (e.g. 0,1,2,3), got {gpus!r}") for gpus in ("a,b", "0,,1", "0,0", "-1", "")],
