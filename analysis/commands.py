@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiment.cli import ArgumentParser
+from model.heads import HEADS
 
 from . import AnalysisError
 from .published import PUBLISHED_TABLES
@@ -69,6 +70,8 @@ def table(args, run_dirs) -> str:
     if paper_baseline and args.baseline:
         raise AnalysisError(f"--baseline: [SB]'s p-values in --paper {args.paper} compare against "
                             f"{paper_baseline}; leave --baseline out")
+    if args.baseline is not None and args.baseline not in HEADS:
+        raise AnalysisError(f"--baseline {args.baseline}: expected a head's name ({', '.join(HEADS)})")
     return write_table(run_dirs, Path(args.out), args.group_by, args.baseline or "softmax",
                        args.exclude_from_t_test, args.paper)
 
@@ -287,7 +290,7 @@ COMMANDS: dict[str, Command] = {
                      "Softmax at the same setting (in %%, with its 95%% Welch interval and p), Press rank; "
                      "each row against Softmax at a common epoch; every two rows with Holm's p; the seed "
                      "spread; rows pool seeds of "
-                     "one configuration only; --paper: Table 5, SM Tables 4/5, 10/11, 12 beside "
+                     "one configuration only; --paper: Tables 2 and 5, SM Tables 4/5, 10/11, 12 beside "
                      "[SB]'s numbers", table_arguments, table),
     "wordsim": Command("Spearman's rho of input-embedding cosine similarities", wordsim_arguments, wordsim),
     "top5": Command("top-k next-word predictions side by side", top5_arguments, top5),

@@ -568,3 +568,16 @@ def test_a_dry_run_piped_into_head_ends_without_a_traceback():
     finally:
         os.close(write_end)
     assert result.returncode == 141 and result.stderr == "", result.stderr
+
+
+def test_a_documented_plan_group_names_the_plans_run_count():
+    """docs/sweeps.md's "a plan (N runs) as one group" line: N, and its --group N, are the plan's
+    run count today (the plan grew from 18 to 21 runs and the line stayed at 18)."""
+    from launch.runs import plan_runs
+    repo = Path(__file__).resolve().parent.parent
+    text = (repo / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if "# a plan (" in line)
+    plan_path, group, count = re.search(r"sweep\.py (\S+) --group (\d+) .*# a plan \((\d+) runs\)", line).groups()
+    plan = load_plan(repo / plan_path)
+    runs = plan_runs(plan.experiments, Path(plan.out), [], None, None)
+    assert int(group) == int(count) == len(runs), line

@@ -379,6 +379,11 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
     (runs / "ptb-ss-seed1" / "metrics.jsonl").write_text('{"epoch": 1}\nnot json\n')
     assert report.main(["table", str(runs), "--out", str(tmp_path / "t")]) == 2
     assert capsys.readouterr().err.strip().endswith("ptb-ss-seed1/metrics.jsonl:2: not a JSON line")
+    # a misspelled baseline wrote a table whose comparison column was "—" in every row
+    assert report.main(["table", str(runs), "--baseline", "softmx", "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --baseline softmx: expected a head's name (softmax, ss, "
+                                               "gss, plif, plif_frozen, mos, moc, mixtape)")
+    assert not (tmp_path / "b.md").exists()
 
 
 # ---------------------------------------------------------------------- spectra
