@@ -31,6 +31,7 @@ PLAN --finetune-only` afterwards runs the second).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def parse_args(argv=None):
     parser.add_argument("--submit", action="store_true", help="slurm mode: submit the script with sbatch")
     parser.add_argument("--task", type=int, metavar="I",
                         help="run only the I-th planned run (0-based): what each slurm array task does")
+    parser.add_argument("--task-run", metavar="NAME",
+                        help="with --task: the run directory's name the I-th run must have (a slurm "
+                             "script gives each task its run's, so that a plan changed since the "
+                             "script was written refuses instead of training another run)")
     parser.add_argument("--train-only", action="store_true",
                         help="a plan: train, evaluate and rank its runs but leave its finetune_best "
                              "stage to a later sweep (with --seeds or --limit, so that the best run is "
@@ -145,6 +150,8 @@ def parse_args(argv=None):
             parser.error(f"--group trains several runs in one process: not with {clash}")
     if args.nproc != 1 and (args.mode != "local" or args.jobs != 1):
         parser.error("--nproc belongs to --mode local with one run at a time (--jobs 1)")
+    if args.task_run is not None and args.task is None:
+        parser.error("--task-run belongs to --task")
     if args.task is not None and args.mode != "local":
         parser.error("--task runs one run here: use it with --mode local")
     if args.train_only and args.finetune_only:
@@ -273,6 +280,10 @@ def write_slurm(args, runs) -> int:
             any(run.config.run.device != "cpu" for run in runs):
         print("warning: no --sbatch option asks for a GPU (e.g. --sbatch=--gres=gpu:1): each array task "
               "gets what the partition gives by default", file=sys.stderr)
+    if "AWD_DATA_DIR" not in os.environ and not any(o.startswith("data.data_dir=") for o in args.overrides):
+        print("warning: AWD_DATA_DIR is not set here: each array task reads the corpora from "
+              "$AWD_DATA_DIR as its job's environment has it (sbatch passes on the environment it is "
+              "submitted from), else from the repository's corpora/", file=sys.stderr)
     if args.dry_run:
         print(script, end="")
         return 0
@@ -324,6 +335,10 @@ def main(argv=None) -> int:
             if not 0 <= args.task < len(runs):
                 raise LaunchError(f"--task {args.task}: the sweep has {len(runs)} runs "
                                     f"(0..{len(runs) - 1})")
+            if args.task_run is not None and runs[args.task].name != args.task_run:
+                raise LaunchError(f"--task {args.task}: the sweep's run {args.task} is {runs[args.task].name}, "
+                                  f"not {args.task_run} as when the slurm script was written: its plan or "
+                                  f"flags changed since; write the script again (--mode slurm)")
             runs = [runs[args.task]]
         runs = [dataclasses.replace(run, train_processes=args.nproc) for run in runs]
         if args.mode == "slurm":

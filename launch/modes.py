@@ -172,7 +172,8 @@ def summary(outcomes: dict[str, str]) -> tuple[str, bool]:
 
 def slurm_script(runs: Sequence[PlannedRun], sweep_command: list[str], out: Path,
                  job_name: str, sbatch_options: Sequence[str], array_limit: int | None) -> str:
-    """A job-array script: array task i runs `sweep_command --task i`, i.e. only the i-th run.
+    """A job-array script: array task i runs `sweep_command --task i`, i.e. only the i-th run,
+    naming that run (--task-run): a plan changed since refuses rather than train another run.
 
     Re-submitting the script continues unfinished runs and skips finished ones, as locally.
     """
@@ -186,5 +187,7 @@ def slurm_script(runs: Sequence[PlannedRun], sweep_command: list[str], out: Path
              *[f"#   {run.index}: {run.name}" for run in runs],
              "set -euo pipefail",
              f"cd {shlex.quote(str(Path.cwd()))}",
-             f'exec {shlex.join(sweep_command)} --task "$SLURM_ARRAY_TASK_ID"']
+             f"runs=({' '.join(shlex.quote(run.name) for run in runs)})",
+             f'exec {shlex.join(sweep_command)} --task "$SLURM_ARRAY_TASK_ID" '
+             f'--task-run "${{runs[$SLURM_ARRAY_TASK_ID]}}"']
     return "\n".join(lines) + "\n"

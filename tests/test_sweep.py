@@ -394,18 +394,34 @@ def test_slurm_script_has_one_array_task_per_run(overrides, tmp_path, capsys, mo
     assert "#SBATCH --gres=gpu:1\n#SBATCH --time=48:00:00\n" in script
     assert f"#SBATCH --output={out.resolve()}/slurm-%A_%a.out" in script
     exec_line = script.strip().splitlines()[-1]
-    assert exec_line.endswith('--task "$SLURM_ARRAY_TASK_ID"')
+    assert exec_line.endswith('--task "$SLURM_ARRAY_TASK_ID" --task-run "${runs[$SLURM_ARRAY_TASK_ID]}"')
+
+    def task_command(index: int) -> list[str]:
+        """The exec line as bash expands it in array task `index` (echo in place of exec)."""
+        body = script.split("set -euo pipefail\n", 1)[1].replace("exec ", "printf '%s\\n' ", 1)
+        done = subprocess.run(["bash", "-c", body], env={**os.environ, "SLURM_ARRAY_TASK_ID": str(index)},
+                              capture_output=True, text=True, check=True)
+        return done.stdout.splitlines()
 
     # What array task 4 runs: exactly the fifth planned run (lr 20, seed 2).
-    task = shlex.split(exec_line.replace("$SLURM_ARRAY_TASK_ID", "4"))
-    assert task[:3] == ["exec", sys.executable, str(REPO / "sweep.py")]
+    task = task_command(4)
+    assert task[:2] == [sys.executable, str(REPO / "sweep.py")]
+    assert task[-4:] == ["--task", "4", "--task-run", "ptb-softmax-train.lr=20-seed2"]
     capsys.readouterr()
     monkeypatch.chdir(script.split("\ncd ")[1].split("\n")[0])
-    assert sweep.main(task[3:] + ["--dry-run"]) == 0
+    assert sweep.main(task[2:] + ["--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"# [5/6, --task 4] {out / 'ptb-softmax-train.lr=20-seed2'}: new"
     assert len(printed) == 4      # its title, train.py, evaluate.py, the count
     assert printed[-1] == "# 1 of 6 planned runs"
+    # The sweep changed since the script was written (a newcomer added a seed in front): task 4
+    # is another run now, and it refuses instead of training that one.
+    changed = [*task[2:task.index("--seeds")], "--seeds", "0", "1", "2", "3", *task[task.index("--task"):]]
+    assert sweep.main(changed + ["--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --task 4: the sweep's run 4 is ptb-softmax-train.lr=20-seed0, not ptb-softmax-train.lr=20-seed2 "
+        "as when the slurm script was written: its plan or flags changed since; write the script again "
+        "(--mode slurm)")
 
 
 def test_train_names_a_miniature_configs_default_run_directory_apart_and_the_sweep_does_not(
@@ -483,6 +499,7 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     *[(["--mode", "slurm", "--array-limit", limit], f"--array-limit: expected an integer >= 1, got {limit}")
       for limit in ("0", "-2")],
     (["--array-limit", "0"], "--array-limit: expected an integer >= 1, got 0"),
+    (["--task-run", "ptb-softmax-seed1"], "--task-run belongs to --task"),
     # rank.py's options are checked before the runs train, not after
     (["--rank", "--rank-args=--contxts 5"], "--rank-args: rank.py would refuse them: unrecognized arguments: --contxts 5"),
     # GPU ids as CUDA_VISIBLE_DEVICES takes them, each once (a typo would give a worker no GPU)
