@@ -123,6 +123,13 @@ def parse_args(argv=None):
             parser.error(f"--seeds: expected integers ({e})")
     if args.array_limit is not None and args.array_limit < 1:
         parser.error(f"--array-limit: expected an integer >= 1, got {args.array_limit}")
+    for option in args.sbatch:
+        name = option.split("=", 1)[0]
+        if not option.startswith("-"):
+            parser.error(f"--sbatch={option}: expected an sbatch option, e.g. --sbatch=--{option}")
+        if name in ("--array", "-a", "--output", "-o", "--job-name", "-J"):
+            parser.error(f"--sbatch={option}: the script sets {name} itself (the array from the runs, "
+                         f"with --array-limit; the output beside the runs)")
     if args.mode != "slurm" and (args.submit or args.sbatch or args.array_limit is not None):
         parser.error("--submit, --sbatch and --array-limit belong to --mode slurm")
     if args.mode != "gpus" and (args.gpus or args.runs_per_gpu != 1):
@@ -330,7 +337,10 @@ def main(argv=None) -> int:
             grid = tuple((key, tuple(values)) for key, values in parse_grid(args.grid))
             analyses = (rank_analysis(shlex.split(args.rank_args)),) if args.rank else ()
             experiments = [Experiment(config_path, grid=grid, analyses=analyses)]
-        runs = plan_runs(experiments, out_folder(args), args.overrides, args.seeds, args.limit)
+        try:
+            runs = plan_runs(experiments, out_folder(args), args.overrides, args.seeds, args.limit)
+        except LaunchError as e:
+            raise LaunchError(f"{config_path}: {e}" if args.plan else str(e)) from None
         if args.task is not None:
             if not 0 <= args.task < len(runs):
                 raise LaunchError(f"--task {args.task}: the sweep has {len(runs)} runs "

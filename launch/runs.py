@@ -155,8 +155,12 @@ def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[
     planned = []
     for experiment in experiments:
         planned += _experiment_runs(experiment, out, overrides, seeds)[:limit]
-    if len({run.dir for run in planned}) != len(planned):
-        raise LaunchError("two planned runs get the same run directory name; use distinct values")
+    seen = set()
+    for run in planned:
+        if run.dir in seen:
+            raise LaunchError(f"two planned runs get the same run directory, {run.dir} (an experiment or "
+                              f"a grid value given twice?); give each run distinct values")
+        seen.add(run.dir)
     return [dataclasses.replace(run, index=i, count=len(planned)) for i, run in enumerate(planned)]
 
 

@@ -357,6 +357,9 @@ def test_a_plan_goes_to_slurm_as_one_array(tmp_path, capsys):
     ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml, overrides: [train.lr=10], "
      "grid: {train.lr: [5, 10]}}]\n",
      "experiments[0].overrides: expected no key the grid of experiments[0] also sets (train.lr: keep one)"),
+    # an experiment given twice: named with its plan and the run directory the two would share
+    ("title: t\nout: o\nexperiments: [{config: configs/ptb/softmax.yaml}, {config: configs/ptb/softmax.yaml}]\n",
+     "two planned runs get the same run directory, o/ptb-softmax-seed141 (an experiment or a grid value given twice?)"),
     # rank.py's and evaluate.py's options, checked at load: a typo found after the training was paid
     ("title: t\nout: o\nrank: [--contxts, '500']\nexperiments: [{config: configs/ptb/softmax.yaml}]\n",
      "rank: expected options rank.py takes (rank.py: unrecognized arguments: --contxts 500)"),

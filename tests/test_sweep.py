@@ -500,6 +500,10 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
       for limit in ("0", "-2")],
     (["--array-limit", "0"], "--array-limit: expected an integer >= 1, got 0"),
     (["--task-run", "ptb-softmax-seed1"], "--task-run belongs to --task"),
+    # an #SBATCH line without its dashes was written as it came; the script's own lines overridden
+    (["--mode", "slurm", "--sbatch=gres=gpu:1"], "--sbatch=gres=gpu:1: expected an sbatch option, e.g. --sbatch=--gres=gpu:1"),
+    (["--mode", "slurm", "--sbatch=--array=0-3"], "--sbatch=--array=0-3: the script sets --array itself (the array "
+                                                  "from the runs, with --array-limit; the output beside the runs)"),
     # rank.py's options are checked before the runs train, not after
     (["--rank", "--rank-args=--contxts 5"], "--rank-args: rank.py would refuse them: unrecognized arguments: --contxts 5"),
     # GPU ids as CUDA_VISIBLE_DEVICES takes them, each once (a typo would give a worker no GPU)
