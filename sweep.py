@@ -62,7 +62,8 @@ def parse_args(argv=None):
                              "config; a plan names its own, which --out replaces: the way to train "
                              "a plan again whose runs are finished in its folder, as a fresh "
                              "clone's CPU plans are)")
-    parser.add_argument("--seeds", nargs="+", help="train.seed values (default: the config's, or the plan's)")
+    parser.add_argument("--seeds", nargs="+", help="train.seed values, `config` for the config's own (default: "
+                                                  "the config's, or the plan's)")
     parser.add_argument("--limit", type=int, metavar="N",
                         help="only the first N runs of each experiment (a smoke test of a plan)")
     parser.add_argument("--report", action="store_true",
@@ -118,9 +119,9 @@ def parse_args(argv=None):
         # `--seeds 1 2 key=value` would swallow the override: give it back to the overrides.
         args.overrides += [s for s in args.seeds if "=" in s]
         try:
-            args.seeds = [int(s) for s in args.seeds if "=" not in s]
+            args.seeds = [s if s == "config" else int(s) for s in args.seeds if "=" not in s]
         except ValueError as e:
-            parser.error(f"--seeds: expected integers ({e})")
+            parser.error(f"--seeds: expected integers or config, the config's own seed ({e})")
     if args.array_limit is not None and args.array_limit < 1:
         parser.error(f"--array-limit: expected an integer >= 1, got {args.array_limit}")
     for option in args.sbatch:

@@ -148,7 +148,7 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 
 def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[str] = (),
-              seeds: Sequence[int] | None = None, limit: int | None = None) -> list[PlannedRun]:
+              seeds: Sequence[int | str] | None = None, limit: int | None = None) -> list[PlannedRun]:
     """Every (experiment, grid point, seed) as a run, each config resolved now so a bad key fails
     before any run. `overrides` go to every run (after the experiment's own), `seeds` replace
     every experiment's, and `limit` keeps the first runs of each experiment (a smoke test)."""
@@ -165,7 +165,7 @@ def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[
 
 
 def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
-                     seeds: Sequence[int] | None) -> list[PlannedRun]:
+                     seeds: Sequence[int | str] | None) -> list[PlannedRun]:
     config_path, overrides = experiment.config, [*experiment.overrides, *extra]
     keys = {".".join(parse_override(text)[0]) for text in overrides}
     for key in SWEEP_KEYS:
@@ -174,7 +174,9 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
     for key, _ in experiment.grid:
         if key in keys:
             raise LaunchError(f"--grid {key}: also given as an override; keep one")
-    seeds = seeds or experiment.seeds or [load_config(config_path, overrides).train.seed]
+    own = load_config(config_path, overrides).train.seed if (not seeds or "config" in seeds) else None
+    # --seeds config 1 2: `config` is the config's own seed, as in a plan's seeds
+    seeds = [own if s == "config" else s for s in seeds] if seeds else experiment.seeds or [own]
     if len(set(seeds)) != len(seeds):
         raise LaunchError(f"--seeds: repeated seed in {list(seeds)}")
     points = list(itertools.product(*[[f"{key}={v}" for v in values] for key, values in experiment.grid]))

@@ -703,3 +703,17 @@ def test_a_dry_run_says_when_run_max_steps_may_leave_a_run_unevaluated(capsys):
                           "after train.py do not run)"), title
     assert sweep.main([CONFIG, "--out", "x", "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(": new")
+
+
+def test_seeds_config_on_the_command_line_is_each_configs_own_seed_as_in_a_plan(capsys):
+    """A newcomer's `--seeds config 1 2 3` (a plan's seeds take `config`) was refused: it means each
+    experiment's config's own seed (141 for PTB's, MoS's 28), and a repeat of it is named."""
+    assert sweep.main(["sweeps/sb_table2_ptb.yaml", "--seeds", "config", "1", "--dry-run"]) == 0
+    titles = [line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("# [")]
+    assert titles[:2] == ["runs/sb_table2_ptb/ptb-softmax-seed141: new", "runs/sb_table2_ptb/ptb-softmax-seed1: new"]
+    assert "runs/sb_table2_ptb/ptb-mos-seed28: new" in titles and len(titles) == 14
+    assert sweep.main(["sweeps/sb_table2_ptb.yaml", "--seeds", "config", "141", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == "error: sweeps/sb_table2_ptb.yaml: --seeds: repeated seed in [141, 141]"
+    with pytest.raises(SystemExit):
+        sweep.main(["sweeps/sb_table2_ptb.yaml", "--seeds", "one", "--dry-run"])
+    assert "--seeds: expected integers or config, the config's own seed" in capsys.readouterr().err
