@@ -355,6 +355,8 @@ def main(argv=None) -> int:
         if args.mode == "slurm":
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only
+        if args.plan:
+            print(f"{'# ' if args.dry_run else 'sweep: '}plan: {args.plan.title} ({config_path})", flush=True)
         if args.dry_run:
             print_plan(out_folder(args), [] if args.finetune_only else runs,
                        *(finetune_runs(runs) if second_stage else ((), ())), group=args.group)

@@ -654,7 +654,8 @@ def test_dry_run_with_group_prints_the_group_command_it_would_run(overrides, tmp
     for seed, member in zip((1, 2), members):
         assert shlex.split(member) == ["configs/ptb/softmax.yaml", *overrides, f"train.seed={seed}",
                                        f"run.dir={out / f'ptb-softmax-seed{seed}'}"]
-    assert lines[0] == "# group [1, 2/4]: 2 runs trained as one: ptb-softmax-seed1, ptb-softmax-seed2"
+    assert lines[0] == f"# plan: t ({plan})"      # the plan's title first
+    assert lines[1] == "# group [1, 2/4]: 2 runs trained as one: ptb-softmax-seed1, ptb-softmax-seed2"
     assert lines[-1] == "# 4 runs planned"
 
 
