@@ -162,9 +162,14 @@ def _fetch_first(dataset: str, source: Source, urls: Sequence[str], folder: Path
 
 
 def _manual_hint(dataset: str, folder: Path) -> str:
+    env = os.environ.get("AWD_DATA_DIR")
+    # Where the folder came from $AWD_DATA_DIR, say so: "set AWD_DATA_DIR" reads as unset.
+    from_env = env and Path(env).expanduser() / dataset == folder
+    other = (f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if from_env
+             else "set AWD_DATA_DIR / pass --data-dir")
     return (
         f"place {', '.join(SPLIT_FILES)} of {dataset} in {folder} by hand "
-        f"(or set AWD_DATA_DIR / pass --data-dir to a folder holding {dataset}/)"
+        f"(or {other} to a folder holding {dataset}/)"
     )
 
 

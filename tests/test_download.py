@@ -261,6 +261,19 @@ def test_offline_error_says_where_to_put_the_files(tmp_path: Path):
     assert_no_corpus_and_no_leftovers(tmp_path, "ptb")
 
 
+def test_an_awd_data_dir_without_the_corpus_is_named_as_set(tmp_path: Path, monkeypatch):
+    """A newcomer's AWD_DATA_DIR=/nonexistent read "(or set AWD_DATA_DIR ...)", as if it were unset."""
+    monkeypatch.setenv("AWD_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])
+    assert f"(or point AWD_DATA_DIR, now {tmp_path / 'nowhere'}, or pass --data-dir to a folder holding ptb/)" \
+        in str(info.value)
+    monkeypatch.delenv("AWD_DATA_DIR")
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])
+    assert "(or set AWD_DATA_DIR / pass --data-dir to a folder holding ptb/)" in str(info.value)
+
+
 def test_a_failed_download_removes_the_folders_it_made_and_no_other(tmp_path: Path):
     """A mistyped data dir that does not exist: not left behind as empty folders."""
     with pytest.raises(DataError):
