@@ -128,6 +128,11 @@ def resume_directory(run_dir: Path, overrides) -> Path:
                           f"last.pt ({run_dir.parent})")
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such run directory")
+    runs = sorted(p.parent.name for p in run_dir.glob("*/last.pt"))[:3]
+    if not (run_dir / "last.pt").is_file() and runs and not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"--resume {run_dir}: a folder of runs, not a run directory (it holds "
+                          f"{', '.join(runs)}{', ...' if len(runs) == 3 else ''}); give one run's directory, "
+                          f"or continue a plan's runs with sweep.py PLAN")
     if not (run_dir / "last.pt").is_file():
         raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a run directory "
                               f"in which train.py saved last.pt" + (
@@ -354,8 +359,9 @@ def report_start(run: PreparedRun, world: World, progress: TrainingProgress, par
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
           f"{params:,} parameters | device {device}"
           + (f" | {world.size} processes" if world.distributed else "")
-          + (f" | resumed at epoch {progress.epoch}, step {progress.step}"
-             if run.resume_ckpt is not None else ""), flush=True)
+          + ("" if run.resume_ckpt is None else
+             f" | resumed: finished after epoch {progress.epoch - 1}, step {progress.step}" if progress.finished else
+             f" | resumed at epoch {progress.epoch}, step {progress.step}"), flush=True)
 
 
 def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: Path) -> str:

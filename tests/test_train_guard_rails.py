@@ -224,9 +224,17 @@ def test_resume_refuses_another_run_dir_and_a_best_pt(small, tmp_path, capsys):
     assert train.main(["--resume", str(run_dir), f"run.dir={tmp_path / 'elsewhere'}"]) == 2
     assert f"a resumed run stays in {run_dir}" in one_line_error(capsys)
     assert not (tmp_path / "elsewhere").exists()
+    # a finished run resumed says it is finished (it read "resumed at epoch 2" for a 1-epoch run)
+    assert train.main(["--resume", str(run_dir)]) == 0
+    assert "| resumed: finished after epoch 1, step " in capsys.readouterr().out
     shutil.copy(run_dir / "best.pt", run_dir / "last.pt")      # a user's attempt to go back
     assert train.main(["--resume", str(run_dir)]) == 2
     assert "a 'best' checkpoint, not a 'last' one" in one_line_error(capsys)
+    # the folder holding the runs (a plan's out), given in place of one run: named as such
+    assert train.main(["--resume", str(tmp_path)]) == 2
+    assert one_line_error(capsys).endswith(f"--resume {tmp_path}: a folder of runs, not a run directory (it "
+                                           f"holds run); give one run's directory, or continue a plan's runs "
+                                           f"with sweep.py PLAN")
 
 
 class Killed(BaseException):
