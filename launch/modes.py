@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import ELSEWHERE, PlannedRun, is_finished, process_group, results_only
+from .runs import ELSEWHERE, PlannedRun, is_finished, process_group, results_only, say
 from .stopping import SweepStopped, check as check_stop_signals
 
 
@@ -144,7 +144,7 @@ def run_in_parallel(items: Sequence[Item], workers: Sequence[tuple[str, dict]]) 
                 return
             outcomes.update(ended)
             for run_dir, outcome in ended.items():
-                print(f"{tag} {run_dir}: {outcome}", flush=True)
+                say(f"{tag} {run_dir}: {outcome}")
 
     threads = [threading.Thread(target=worker, args=worker_args, daemon=True) for worker_args in workers]
     for thread in threads:

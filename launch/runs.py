@@ -26,6 +26,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,16 @@ SWEEP_KEYS = ("train.seed", "run.dir")
 # left to it.
 CLAIM_NAME = ".sweep.lock"
 ELSEWHERE = "in progress elsewhere"
+
+_SAYING = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One line to the terminal, whole: sweep.py --jobs's workers report from several threads, and
+    print() writes a line and its newline apart (a newcomer read '[job 2] ...: new[job 1] ...: new')."""
+    with _SAYING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 @dataclass(frozen=True)
@@ -501,20 +512,20 @@ def process_group(runs: Sequence[PlannedRun], tag: str, env: dict | None = None,
             try:
                 ours = claims.enter_context(claimed(run.dir))
             except OSError as e:
-                print(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})", flush=True)
+                say(f"{tag} {run.dir}: cannot claim the run ({e.strerror or e})")
                 outcomes[str(run.dir)] = f"failed: cannot claim {run.dir} ({e.strerror or e})"
                 continue
             if not ours:
-                print(f"{tag} {run.dir}: {ELSEWHERE}: skip", flush=True)
+                say(f"{tag} {run.dir}: {ELSEWHERE}: skip")
                 outcomes[str(run.dir)] = ELSEWHERE
                 continue
             try:
                 commands = pending_commands(run)
             except LaunchError as e:     # one bad run directory must not stop the others
-                print(f"{tag} {run.dir}: {e}", flush=True)
+                say(f"{tag} {run.dir}: {e}")
                 outcomes[str(run.dir)] = f"failed: {e}"
                 continue
-            print(f"{tag} {run.dir}: {describe(run, commands)}", flush=True)
+            say(f"{tag} {run.dir}: {describe(run, commands)}")
             if commands:
                 pending.append((run, commands))
             else:
@@ -578,7 +589,7 @@ def train_together(training: list[tuple[PlannedRun, list[list[str]]]], tag: str,
     "incomplete" or "failed: ..."."""
     runs = [run for run, _ in training]
     command = group_command(training)
-    print(f"{tag} training {len(runs)} runs as one group: {', '.join(run.name for run in runs)}", flush=True)
+    say(f"{tag} training {len(runs)} runs as one group: {', '.join(run.name for run in runs)}")
     accounts = [run.dir / CPU_TIMES for run in runs]
     started = time.time()
     if log_to_run_dir:

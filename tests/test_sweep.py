@@ -718,3 +718,22 @@ def test_seeds_config_on_the_command_line_is_each_configs_own_seed_as_in_a_plan(
     with pytest.raises(SystemExit):
         sweep.main(["sweeps/sb_table2_ptb.yaml", "--seeds", "one", "--dry-run"])
     assert "--seeds: expected integers or config, the config's own seed" in capsys.readouterr().err
+
+
+def test_a_workers_line_reaches_the_terminal_in_one_write(monkeypatch):
+    """sweep.py --jobs's workers report from threads: a line and its newline written apart let two
+    workers' lines run together ('[job 2] A: new[job 1] B: new'); each goes out in one write."""
+    import io
+    writes = []
+
+    class Recorder(io.StringIO):
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    threads = [threading.Thread(target=launch_runs.say, args=(f"[job {i}] run{i}: new",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(writes) == sorted(f"[job {i}] run{i}: new\n" for i in range(8))
