@@ -334,6 +334,9 @@ def main(argv=None) -> int:
             if args.report:
                 return run_reports(args.plan, out_folder(args), args.dry_run)
             experiments = args.plan.experiments
+            if args.finetune_only and not any(e.finetune_best for e in experiments):
+                raise LaunchError(f"{config_path}: --finetune-only runs a plan's finetune_best stage, and no "
+                                  f"experiment of this plan has one")
         else:
             grid = tuple((key, tuple(values)) for key, values in parse_grid(args.grid))
             analyses = (rank_analysis(shlex.split(args.rank_args)),) if args.rank else ()

@@ -424,6 +424,10 @@ def test_plan_options_and_config_options_do_not_mix(capsys):
         "error: sweeps/gpu_converged_seeds.yaml: the plan has no report: section, so --report has nothing to run")
     with pytest.raises(LaunchError, match="plan file not found"):
         load_plan("sweeps/nope.yaml")
+    # a plan without the second stage: said (it printed "sweep: no runs")
+    assert sweep.main(["sweeps/sb_sm_table12.yaml", "--finetune-only", "--out", "x"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: sweeps/sb_sm_table12.yaml: --finetune-only runs a plan's "
+                                               "finetune_best stage, and no experiment of this plan has one")
 
 
 def test_dry_run_names_every_run_of_a_plan(capsys):
