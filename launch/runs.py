@@ -357,6 +357,25 @@ def recorded_finished(run: PlannedRun) -> bool:
         return False
 
 
+def check_corpora(runs: Sequence[PlannedRun]) -> None:
+    """Each corpus the runs with work left read, there (or downloaded) before any of them starts:
+    a missing one is one line, not the same error from every run in turn."""
+    from data.corpus import resolve_data_dir
+    from data.download import DataError, ensure_corpus
+    def work_left(run: PlannedRun) -> bool:
+        try:
+            return bool(pending_commands(run))
+        except LaunchError:          # a run directory it cannot go on with: process_group says so
+            return False
+    needed = {(run.config.data.dataset, resolve_data_dir(run.config.data.data_dir))
+              for run in runs if work_left(run)}
+    for dataset, root in sorted(needed):
+        try:
+            ensure_corpus(dataset, root)
+        except DataError as e:
+            raise LaunchError(f"the runs' corpus: {e}") from None
+
+
 def pending_commands(run: PlannedRun) -> list[list[str]]:
     """The commands still needed for `run`, in order (empty: nothing left to do): training (or
     resuming it), evaluate.py, then each of the run's analyses whose result is missing or older

@@ -737,3 +737,23 @@ def test_a_workers_line_reaches_the_terminal_in_one_write(monkeypatch):
     for thread in threads:
         thread.join()
     assert sorted(writes) == sorted(f"[job {i}] run{i}: new\n" for i in range(8))
+
+
+def test_a_missing_corpus_is_one_line_before_any_run(overrides, tmp_path, monkeypatch, capsys):
+    """A newcomer's sweep without AWD_DATA_DIR printed the same download error from every run in
+    turn and exited 1; the corpus is checked (or fetched) once, before any run starts."""
+    import data.download
+    asked = []
+
+    def no_corpus(dataset, root, **_):
+        asked.append((dataset, Path(root)))
+        raise data.download.DataError(f"could not download {dataset}; place its files in {root}/{dataset} by hand")
+    monkeypatch.setattr(data.download, "ensure_corpus", no_corpus)
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    out = tmp_path / "sweep"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "--out", str(out)]) == 2
+    data_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("data.data_dir="))
+    assert asked == [("ptb", Path(data_dir))] and commands == [] and not out.exists()
+    assert capsys.readouterr().err.strip() == (f"error: the runs' corpus: could not download ptb; place its files in "
+                                               f"{data_dir}/ptb by hand")
