@@ -303,8 +303,8 @@ def write_slurm(args, runs) -> int:
         try:
             proc = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
         except FileNotFoundError:
-            raise LaunchError("--submit: sbatch is not installed here; "
-                                "submit the script on the cluster") from None
+            raise LaunchError(f"--submit: sbatch is not installed here; the script is written ({path}): "
+                              f"submit it on the cluster (sbatch {path})") from None
         if proc.returncode != 0:
             last_line = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
             raise LaunchError(f"sbatch {path} failed: {last_line}")

@@ -757,3 +757,15 @@ def test_a_missing_corpus_is_one_line_before_any_run(overrides, tmp_path, monkey
     assert asked == [("ptb", Path(data_dir))] and commands == [] and not out.exists()
     assert capsys.readouterr().err.strip() == (f"error: the runs' corpus: could not download ptb; place its files in "
                                                f"{data_dir}/ptb by hand")
+
+
+def test_submit_without_sbatch_names_the_script_it_wrote(overrides, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))          # no sbatch on it
+    out = tmp_path / "slurm"
+    assert sweep.main([CONFIG, *overrides, "--out", str(out), "--mode", "slurm", "--sbatch=--gres=gpu:1",
+                       "--submit"]) == 2
+    script = out / "sweep-softmax.sbatch"
+    assert script.is_file()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --submit: sbatch is not installed here; the script is written ({script}): submit it on the "
+        f"cluster (sbatch {script})")
