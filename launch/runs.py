@@ -362,6 +362,7 @@ def check_corpora(runs: Sequence[PlannedRun]) -> None:
     a missing one is one line, not the same error from every run in turn."""
     from data.corpus import resolve_data_dir
     from data.download import DataError, ensure_corpus
+
     def work_left(run: PlannedRun) -> bool:
         try:
             return bool(pending_commands(run))
