@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import importlib
+import io
 import itertools
 import json
 import os
@@ -75,9 +77,6 @@ def options_refused(analysis: Analysis) -> str | None:
     """What the analysis's script says of its options (its error line, without the `SCRIPT.py:
     error:`), or None when it takes them: a plan's or a sweep's options for rank.py and
     evaluate.py are checked before any run trains, not once the training is paid for."""
-    import contextlib
-    import importlib
-    import io
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
