@@ -367,11 +367,13 @@ class Trainer:
 def train_runs(trainers: list[Trainer], take_step, on_end=None) -> dict[Trainer, TrainingStopped | None]:
     """Train each run of `trainers` (a run alone, or a group's members) to its end, one step of
     every run still training at a time: `take_step(running)` gives each one's step NLL, or the
-    TrainingStopped its step raised (a non-finite value: exit code 3). Each run validates when its
-    own epoch ends, and leaves when it is finished (its epochs, an early stop), reaches
+    TrainingStopped its step raised (a non-finite value: exit code 3), or None where it took
+    several steps itself (`steps_ahead`, each followed by its after_step). Each run validates when
+    its own epoch ends, and leaves when it is finished (its epochs, an early stop), reaches
     run.max_steps, or its step stopped it; the others go on. A signal stops them all after the
-    current step, each saving last.pt. The time of each step is shared out evenly among the runs
-    that took it (their epochs' seconds and CPU seconds in metrics.jsonl).
+    current step (runs stepping ahead: each after its own), each saving last.pt. The time of each
+    call is shared out evenly among the runs that stepped (their epochs' seconds and CPU seconds
+    in metrics.jsonl).
 
     Returns each run's end: None when it ended without an error (finished, or at run.max_steps),
     else its TrainingStopped; `on_end(trainer, end)` is called as each run leaves (a group says
@@ -405,7 +407,7 @@ def train_runs(trainers: list[Trainer], take_step, on_end=None) -> dict[Trainer,
                     t.close_epoch()
                     in_epoch.remove(t)
                     leave(t, result)
-                else:
+                elif result is not None:
                     t.after_step(result)
             # A signal stops every run after the same step: each run's own update reads it, and a
             # signal that comes between two runs' updates would otherwise let the first step once more.
@@ -431,6 +433,26 @@ def share_time(trainers: list[Trainer], since: tuple[float, float]) -> tuple[flo
     for t in trainers:
         t.progress.add_seconds((now[0] - since[0]) / len(trainers), (now[1] - since[1]) / len(trainers))
     return now
+
+
+def steps_ahead(t: Trainer, steps: int) -> TrainingStopped | None:
+    """One run's steps until its position has moved `steps` x bptt (each step followed by its
+    after_step), or sooner to its epoch's end, run.max_steps or a stop signal: None, or the
+    TrainingStopped a step raised. A CPU group's members take their steps this way side by side
+    (experiment/group.py), each on its own core, meeting when each has read about as much text:
+    meeting at every step, a member would wait each time for the one whose sampled BPTT length is
+    longer (6% of a pair's time at the miniature's lengths: bptt 70, one step in twenty 35, each
+    with a spread of 5), and meeting every so many steps, for the one whose lengths summed longer."""
+    until = t.progress.position + steps * t.config.train.bptt
+    while True:
+        try:
+            with t.random_stream:
+                nll = t.train_step()
+        except TrainingStopped as e:
+            return e
+        t.after_step(nll)
+        if t.progress.position >= until or t.epoch_done or t.step_limit_reached or t.stop_signal:
+            return None
 
 
 def steps_one_by_one(trainers: list[Trainer]) -> list:

@@ -53,6 +53,11 @@ from .progress import TrainingProgress
 from .run_directory import GROUP_EXIT, RunDirectoryError, write_text_atomic
 from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
 
+# A CPU group's members meet when each has read about this many steps' text (train.steps_ahead):
+# rarely enough that waiting for each other costs little, often enough that a member whose epoch
+# ended (to validate) waits for the others at most that many steps. A signal stops each at once.
+STEPS_AHEAD = 20
+
 # What every member of a group must share: the bodies are computed together (shapes, batch
 # layout, the one device) and the process-wide numerics settings apply to all.
 SHARED_KEYS = ("data.dataset", "model.emsize", "model.nhid", "model.nhidlast", "model.nlayers",
@@ -289,14 +294,17 @@ def batched_update(trainers: list, totals: torch.Tensor) -> list[list[float]]:
 class SideBySide:
     """Each member's own solo step, members in threads of one core each (a CPU's cores, which
     one small model's step cannot keep busy): as many threads as torch has, their intra-op
-    parallelism shared out among the members running."""
+    parallelism shared out among the members running. With `ahead` > 1 (train.py --group on a
+    CPU), each member reads about that many steps' text before the members meet
+    (train.steps_ahead): its own steps, the same numbers, without waiting at every step for the
+    member with the longer step."""
 
-    def __init__(self, threads: int):
-        self.threads = threads
+    def __init__(self, threads: int, ahead: int = 1):
+        self.threads, self.ahead = threads, ahead
         self.pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
 
     def __call__(self, trainers: list) -> list:
-        from train import steps_one_by_one
+        from train import steps_ahead, steps_one_by_one
         if self.pool is None:
             return steps_one_by_one(trainers)
         share = max(1, self.threads // len(trainers))
@@ -305,6 +313,8 @@ class SideBySide:
             # Per thread: OpenMP's thread count is each thread's own setting, and a worker left
             # at the default would run every operation on all the cores, against the others.
             torch.set_num_threads(share)
+            if self.ahead > 1:
+                return steps_ahead(trainer, self.ahead)
             return steps_one_by_one([trainer])[0]
         return list(self.pool.map(step, trainers))
 
@@ -379,7 +389,8 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
               flush=True)
         # Side by side on a CPU's cores; a GPU's solo steps go one after another (its stream runs
         # one kernel at a time whoever launches it).
-        step = batched_steps if kind == "batched" else SideBySide(torch.get_num_threads() if device.type == "cpu" else 1)
+        step = (batched_steps if kind == "batched" else
+                SideBySide(torch.get_num_threads(), ahead=STEPS_AHEAD) if device.type == "cpu" else SideBySide(1))
         configs = {t: run.config for t, run in zip(trainers, prepared)}
         try:
             ends = train.train_runs(trainers, step, on_end=lambda t, end: say_end(train, t, end, configs[t]))

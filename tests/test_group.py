@@ -383,6 +383,53 @@ def test_the_solo_step_side_by_side_is_the_solo_run_bit_for_bit(threads, tiny, f
         assert_same_run(tmp_path / f"solo-{head}", tmp_path / f"group-{head}", 0.0)
 
 
+def test_members_stepping_ahead_side_by_side_stop_and_resume_as_their_solo_runs(
+        tiny, float64, tmp_path, monkeypatch, capsys):
+    """On two threads a CPU group's members step ahead side by side (train.steps_ahead), meeting
+    only when each has read STEPS_AHEAD steps' text or its epoch ended: run.max_steps still stops
+    each at that step, a signal stops each after its own current step with its last.pt, and the
+    runs resumed end as their solo runs, bit for bit, through the ASGD switch."""
+    import experiment.group
+    monkeypatch.setattr(experiment.group, "STEPS_AHEAD", 7)
+    schedule = [*tiny, "train.epochs=2", "train.asgd_switch_epoch=1"]
+    runs = [("softmax", 1), ("mos", 2)]
+    for head, seed in runs:
+        assert train.main(member(head, seed, tmp_path / f"solo-{head}", *schedule)) == 0
+    dirs = [tmp_path / f"group-{head}" for head, _ in runs]
+    meetings, steps = [], []
+    real_call, real_step = experiment.group.SideBySide.__call__, train.Trainer.train_step
+
+    def meet(self, trainers):
+        meetings.append(len(trainers))
+        return real_call(self, trainers)
+
+    def step(self):
+        steps.append(self.run_dir)
+        if self.run_dir == dirs[1] and steps.count(dirs[1]) == 45:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self)
+    monkeypatch.setattr(experiment.group.SideBySide, "__call__", meet)
+    monkeypatch.setattr(train.Trainer, "train_step", step)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert train.main(group(*[member(h, s, d, *schedule, "run.max_steps=30") for (h, s), d in zip(runs, dirs)],
+                                step="solo")) == 0
+        assert [last(d)["progress"]["step"] for d in dirs] == [30, 30]
+        assert len(meetings) < 30 / 3                 # not once a step: about every 7 steps' text
+        resume = group(*[["--resume", str(d), "run.max_steps=100000"] for d in dirs], step="solo")
+        assert train.main(resume) == 128 + signal.SIGTERM
+        stopped = [last(d)["progress"]["step"] for d in dirs]
+        assert stopped[1] == 45 and 30 < stopped[0] < 45 + 7, stopped
+        err = capsys.readouterr().err
+        assert all(f"{d}: stopped: SIGTERM after step {s};" in err for d, s in zip(dirs, stopped)), err
+        assert train.main(resume) == 0
+    finally:
+        torch.set_num_threads(before)
+    for head, d in zip((h for h, _ in runs), dirs):
+        assert_same_run(tmp_path / f"solo-{head}", d, 0.0)
+
+
 def test_train_asks_mkl_for_bitwise_products_unless_the_user_chose():
     """Without it, on an Intel CPU (MKL's AVX-512 kernels) the side-by-side step above differed
     from the solo run in the last bit (a worker thread's memory lies elsewhere); on an AMD CPU
