@@ -72,8 +72,11 @@ class GroupStep:
 
     def __init__(self, members, corpus, device: torch.device, kind: str, threads: int | None = None):
         from experiment.group import SideBySide, batched_steps
+        from experiment.loading import one_heap_for_every_thread
         from model.random_stream import RandomStream
         keep_freed_host_memory()
+        if kind != "batched" and device.type == "cpu" and (threads or torch.get_num_threads()) > 1:
+            one_heap_for_every_thread()                # side by side, as train.py --group does
         self.trainers = []
         for seed, (config_path, overrides) in enumerate(members):
             trainer = bench_trainer(config_path, corpus, device, overrides, seed=seed)

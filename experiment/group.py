@@ -49,6 +49,7 @@ from model.group import grouped_forward, on_device, padded, stacked
 from model.random_stream import RandomStream
 from .averaged_sgd import step_optimizers
 from .distributed import World
+from .loading import one_heap_for_every_thread
 from .progress import TrainingProgress
 from .run_directory import GROUP_EXIT, RunDirectoryError, write_text_atomic
 from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
@@ -355,6 +356,9 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
     except GroupRefused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    kind = step_kind(step_choice, device)
+    if kind == "solo" and device.type == "cpu" and torch.get_num_threads() > 1:
+        one_heap_for_every_thread()        # the members will step side by side: before they allocate
     with contextlib.ExitStack() as held:
         created = [run_dir for _, run_dir, _ in resolved if not run_dir.exists()]
         prepared, trainers = [], []
@@ -374,7 +378,6 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
             remove_created(created)
             print(f"error: {e}", file=sys.stderr)
             return 2
-        kind = step_kind(step_choice, device)
         if dry_run:
             print(f"--dry-run: the group would start: {runs(len(members))} on {device}, one step of "
                   f"all at a time ({kind} step); nothing written")

@@ -117,6 +117,19 @@ def set_deterministic(enabled: bool) -> None:
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
 
 
+def glibc_mallopt():
+    """glibc's mallopt, or None where there is none (off Linux; musl has no mallopt)."""
+    import ctypes
+    import ctypes.util
+    import sys
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+
+
 def keep_freed_host_memory() -> bool:
     """Keep the memory of freed tensors in the process's heap for the next ones (Linux, glibc).
 
@@ -126,24 +139,23 @@ def keep_freed_host_memory() -> bool:
     step: measured on the miniature PTB model, 140-170 ms of system time beside 190 ms of
     computation a step, on one core. With mmap off and no trimming, the heap reuses them (the
     process keeps its peak memory). Numbers are unchanged; only where memory comes from.
-
-    And one arena, the main heap's, for every thread: glibc gives a thread an arena of its own,
-    made of heaps of at most 64 MB, which it maps anew for such a tensor and unmaps when it is
-    freed, whatever the two settings above say. A group's members stepping side by side in
-    threads (experiment/group.py's SideBySide) had 11,000-15,000 page faults and 23 ms of system
-    time a step that way (the miniature, 2 threads), against 1-2 ms with one arena.
     Returns whether it applied (False off glibc, where nothing is done)."""
-    import ctypes
-    import ctypes.util
-    import sys
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False                   # another C library (musl): it has no mallopt
-    return all([mallopt(M_MMAP_MAX, 0), mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1), mallopt(M_ARENA_MAX, 1)])
+    mallopt = glibc_mallopt()
+    return mallopt is not None and all([mallopt(M_MMAP_MAX, 0), mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1)])
+
+
+def one_heap_for_every_thread() -> bool:
+    """Every thread's memory from the main heap (glibc's arenas limited to one), for a process
+    whose threads each make a step's large tensors: a CPU group's members side by side
+    (experiment/group.py's SideBySide). glibc gives a thread an arena of its own, made of heaps
+    of at most 64 MB, which maps such a tensor anew and unmaps it when it is freed, whatever
+    keep_freed_host_memory says: on the miniature at 2 threads, 11,000-15,000 page faults and
+    23 ms of system time a step of the pair, against 1-2 ms in one heap. Not for a run alone:
+    its OpenMP threads would queue for the one heap's lock (2-3% of a step at 2 threads). Call
+    it before the threads first allocate: a thread keeps the arena it was given. Returns whether
+    it applied (False off glibc)."""
+    mallopt = glibc_mallopt()
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, 1))
 
 
 def initial_model(config: Config, corpus) -> LanguageModel:

@@ -614,6 +614,25 @@ def test_a_dry_run_prints_each_config_and_says_the_group_would_start(tiny, tmp_p
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("threads, step, shares", [(2, "solo", True), (1, "solo", False), (2, "batched", False)])
+def test_members_side_by_side_share_the_main_heap(monkeypatch, tiny, tmp_path, threads, step, shares):
+    """A CPU group whose members will step side by side in threads has glibc give every thread
+    the main heap (experiment/loading.py's one_heap_for_every_thread: a thread's own arena maps a
+    step's large tensors anew at every step), before the members are built; a group stepping on
+    one thread or batched keeps glibc's default, as a run alone does."""
+    import experiment.group
+    calls = []
+    monkeypatch.setattr(experiment.group, "one_heap_for_every_thread", lambda: calls.append(True) or True)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert train.main([*group(member("softmax", 1, tmp_path / "a", *tiny), member("softmax", 2, tmp_path / "b", *tiny),
+                                  step=step), "--dry-run"]) == 0
+    finally:
+        torch.set_num_threads(previous)
+    assert calls == ([True] if shares else [])
+
+
 def test_a_group_is_refused_under_torchrun(monkeypatch, capsys, tiny, tmp_path):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")

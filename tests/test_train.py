@@ -620,14 +620,16 @@ def test_loaded_models_are_evaluated_in_float32(tiny_run, restore_float32_flags)
 
 FAULTS_PER_ALLOCATION = """
 import resource, sys, threading, torch
-from experiment.loading import keep_freed_host_memory
+from experiment.loading import keep_freed_host_memory, one_heap_for_every_thread
 if sys.argv[1] == "keep" and not keep_freed_host_memory():
+    sys.exit(3)
+if sys.argv[1] == "keep" and sys.argv[2] == "thread" and not one_heap_for_every_thread():
     sys.exit(3)
 size = 1400 * 10_000                                  # 56 MB of float32: PTB's V, 1,400 tokens
 
 def allocate(faults):
-    for _ in range(6):                                # the heap grows to hold it: on a thread,
-        torch.empty(size).fill_(1.0)                  # up to 5 times (in 5 of 16 processes tried)
+    for _ in range(10):                               # the heap grows to hold it (on a thread,
+        torch.empty(size).fill_(1.0)                  # seen as late as the 7th time)
     for _ in range(10):
         before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         torch.empty(size).fill_(1.0)
@@ -663,8 +665,8 @@ def test_freed_host_memory_stays_in_the_heap_for_the_next_step(where):
     making again a tensor of the size of a step's log-probabilities costs no page faults: the
     memory is reused, not mapped and zero-filled anew by the kernel (~13,700 faults a tensor of
     4 KiB pages, which is what every allocation costs without it: the check can tell). Also on a
-    thread other than the main one, as a group's members step side by side on a CPU: a thread's
-    own glibc arena maps such a tensor anew each time unless every thread shares the main one."""
+    thread other than the main one, as a group's members step side by side on a CPU, with
+    one_heap_for_every_thread (a thread's own glibc arena maps such a tensor anew each time)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's mallopt is not available here")
     kept = faults_per_allocation("keep", where)
