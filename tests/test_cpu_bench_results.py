@@ -63,18 +63,19 @@ def test_the_training_pair_row_quotes_every_round_of_its_files():
     row = next(line for line in text.splitlines() if line.startswith("| group runs on the CPU, in training"))
     files = {p.name: TRAINING_ROUND.findall(p.read_text(encoding="utf-8")) for p in sorted(RAW.glob("training_pair_*.txt"))}
     assert sorted(files) == ["training_pair_ahead.txt", "training_pair_lockstep.txt", "training_pair_many_arenas.txt",
-                             "training_pair_one_arena_ahead.txt", "training_pair_one_arena_lockstep.txt"]
+                             "training_pair_one_arena_ahead.txt", "training_pair_one_arena_lockstep.txt",
+                             "training_pair_one_heap_for_groups.txt"]
     for name, rounds in files.items():
         assert len(rounds) == (8 if name == "training_pair_one_arena_lockstep.txt" else 4), name
         ratios = ", ".join(f"{ratio}x" for _, ratio in rounds)
         assert f"`{name}`" in row and f"{ratios}" in row, (name, ratios)
-    committed = files["training_pair_one_arena_ahead.txt"]
+    committed = files["training_pair_one_heap_for_groups.txt"]
     two = sorted(int(tokens.replace(",", "")) for tokens, _ in committed)
-    assert f"`training_pair_one_arena_ahead.txt`, the twenty-third sitting): " in row
+    assert "(`training_pair_one_heap_for_groups.txt`, commit 70b39e9, the twenty-third sitting" in row
     assert f"(the two processes {two[0]:,}-{two[-1]:,} tokens/s)" in row
     below = sum(float(ratio) < 0.90 for _, ratio in committed)
     assert (f"the 0.90x goal is met in all 4 rounds of the committed code" if below == 0 else
             f"below the 0.90x goal in {below} of the 4 rounds of the committed code") in row
     interleaved = files["training_pair_one_arena_lockstep.txt"][4:]
-    ahead = sum(float(a) > float(b) for (_, a), (_, b) in zip(committed, interleaved))
+    ahead = sum(float(a) > float(b) for (_, a), (_, b) in zip(files["training_pair_one_arena_ahead.txt"], interleaved))
     assert f"above that in {ahead} of the 4 rounds interleaved with it" in row
