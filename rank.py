@@ -75,7 +75,8 @@ def parse_args(argv=None):
                              "data.allow_modified_corpus=true reads them without it)")
     parser.add_argument("--max-memory", type=float, metavar="GIB",
                         help="GPU memory the decomposition may use, in GiB (default: 80%% of the "
-                             "free memory); what does not fit runs on the CPU")
+                             "free memory); what does not fit runs on the CPU (a GPU only: refused "
+                             "on the CPU)")
     parser.add_argument("--plot", action="store_true",
                         help="draw the saved test spectra of the given runs in one figure (no computation)")
     parser.add_argument("--transformed", action="store_true", help="with --plot: add the f(l) spectra")
@@ -298,6 +299,9 @@ def main(argv=None) -> int:
             print(f"wrote {plot(args.paths, args.out, args.transformed)}")
             return 0
         device = select_device(args.device, option="--device")
+        if args.max_memory is not None and device.type == "cpu":
+            raise AnalysisError("--max-memory bounds the decomposition's memory on a GPU; on the CPU "
+                                "(the device here) LAPACK takes what it needs: leave --max-memory out")
         with analysis_lock(existing_checkpoint(args.paths[0]), "rank.py"):    # its results go there
             if args.robustness:
                 result = compute_robustness(args.paths[0], args.split, args.contexts, args.dtype,

@@ -19,6 +19,24 @@ def save(fig, path: Path) -> None:
     pyplot().close(fig)
 
 
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def figure_file(out: Path, default_name: str, option: str = "--out") -> Path:
+    """The file a figure given as `out` goes to: `out` itself when it names a PNG, PDF or SVG
+    file, `out`/default_name when it is an existing folder. Anything else is refused before any
+    work, rather than matplotlib's traceback (x.txt) or its silently added .png (a name with no
+    suffix, whose printed path would then be wrong)."""
+    if out.is_dir():
+        return out / default_name
+    if out.suffix.lower() not in FIGURE_SUFFIXES:
+        from . import AnalysisError
+        raise AnalysisError(f"{option} {out}: expected a figure file ending in "
+                            f"{', '.join(FIGURE_SUFFIXES)}, or an existing folder (which receives "
+                            f"{default_name})")
+    return out
+
+
 def prefixed(prefix: Path, suffix: str) -> Path:
     """PREFIX + suffix, e.g. results/figure2 -> results/figure2.png (a dot in PREFIX is kept)."""
     return prefix.with_name(prefix.name + suffix)

@@ -16,6 +16,8 @@ import numpy as np
 
 from experiment.run_directory import RunLock
 from . import AnalysisError
+from .figures import figure_file
+from model.heads import HEADS
 from .runs import config_value, head_label, read_run_config
 
 SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
@@ -68,22 +70,38 @@ def how_to_rank(run_dir: Path) -> str:
     report.py spectra's to plot (rank.py --plot takes run directories)."""
     if not (run_dir / "config.yaml").is_file() and any(run_dir.glob("*/config.yaml")):
         return (f"a folder of runs, not a run directory: give its runs ({run_dir}/RUN ...), "
-                f"or plot them all with python report.py spectra {run_dir} --out DIR")
+                f"or plot them all with python report.py spectra {run_dir} --out FIGURE.png")
     return f"run python rank.py {run_dir}"
 
 
+def has_transformed_logits(run_dir: Path) -> bool:
+    """Whether the run's head has f(l) (SS, GSS, LMS-PLIF); True when config.yaml does not say."""
+    head = config_value(read_run_config(run_dir), "head.name")
+    return HEADS[head].has_transformed_logits if head in HEADS else True
+
+
 def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], list[str]]:
-    """(label, values, dashed) per curve, and a note per expected file that is missing."""
-    curves, missing = [], []
-    kinds = list(SPECTRUM_FILES) if transformed else ["log P"]
+    """(label, values, dashed) per curve, and a note per expected file that is missing (an f(l)
+    file is expected of a ranked run whose head has transformed logits)."""
+    curves, missing, any_with_f_l = [], [], False
     for run_dir, name in zip(run_dirs, legend_names(run_dirs)):
-        for kind in kinds:
-            values = load_spectrum(run_dir / SPECTRUM_FILES[kind])
-            if values is not None:
-                label = name + ("" if kind == "log P" else f" {kind}")   # see run_label
-                curves.append((label, values, kind != "log P"))
-            elif kind == "log P":     # heads without transformed logits have no f(l) file
-                missing.append(f"{run_dir}: no {SPECTRUM_FILES[kind]} ({how_to_rank(run_dir)})")
+        values = load_spectrum(run_dir / SPECTRUM_FILES["log P"])
+        if values is None:
+            missing.append(f"{run_dir}: no {SPECTRUM_FILES['log P']} ({how_to_rank(run_dir)})")
+            continue
+        curves.append((name, values, False))
+        if not transformed:
+            continue
+        values = load_spectrum(run_dir / SPECTRUM_FILES["f(l)"])
+        if values is not None:
+            curves.append((f"{name} f(l)", values, True))             # see run_label
+        elif has_transformed_logits(run_dir):
+            missing.append(f"{run_dir}: no {SPECTRUM_FILES['f(l)']} (run python rank.py {run_dir})")
+        any_with_f_l |= values is not None or has_transformed_logits(run_dir)
+    if transformed and curves and not any_with_f_l:
+        with_f_l = ", ".join(head.label for head in HEADS.values() if head.has_transformed_logits)
+        missing.append(f"no f(l) curve: none of these runs' heads has transformed logits (those of "
+                       f"{with_f_l} have)")
     return curves, missing
 
 
@@ -126,6 +144,7 @@ def write_spectra(run_dirs: Sequence[Path], path: Path | None = None, transforme
     `path`, by default spectra.png next to them: in the run directory, or for several runs in
     the deepest folder that holds them all. Returns the path and the notes on missing spectra
     (an error if none is found)."""
+    path = None if path is None else figure_file(path, "spectra.png")
     curves, missing = collect(run_dirs, transformed)
     if not curves:
         raise AnalysisError("no singular values found: " + "; ".join(missing))

@@ -166,6 +166,11 @@ def test_max_memory_is_checked(capsys):
     with pytest.raises(SystemExit):
         rank.parse_args(["runs/x", "--max-memory", "0"])
     assert "--max-memory: expected a number of GiB > 0, got 0.0" in capsys.readouterr().err
+    # the CPU's decomposition (LAPACK) has no bound to take: refused, not silently ignored
+    assert rank.main(["runs/x", "--device", "cpu", "--max-memory", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --max-memory bounds the decomposition's memory on a GPU; on the CPU (the device "
+        "here) LAPACK takes what it needs: leave --max-memory out\n")
 
 
 def test_rank_says_when_a_gpu_streams_final_svd_goes_to_the_cpu_and_why(monkeypatch):

@@ -404,7 +404,7 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     # a folder of runs given where run directories are expected (rank.py --plot FOLDER)
     assert collect([root], transformed=False)[1] == [
         f"{root}: no singular_values_test_logp.npy (a folder of runs, not a run directory: give its runs "
-        f"({root}/RUN ...), or plot them all with python report.py spectra {root} --out DIR)"]
+        f"({root}/RUN ...), or plot them all with python report.py spectra {root} --out FIGURE.png)"]
     curves, missing = collect([root / "ptb-mos", root / "ptb-softmax"], transformed=True)
     assert [(label, dashed) for label, _, dashed in curves] == \
         [("MoS, seed 1", False), ("MoS, seed 1 f(l)", True), ("Softmax, seed 1", False)]
@@ -414,9 +414,40 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     assert [label for label, _, _ in collect([root / "ptb-mos", twin, root / "ptb-softmax"], False)[0]] == \
         ["ptb-mos", "ptb-mos-lr5", "Softmax, seed 1"]
     assert missing == []           # a head without transformed logits has no f(l) file to miss
+    ss = make_run(root, "ptb-ss-ranked", "ss", 2)      # ranked, but its f(l) file is gone
+    np.save(ss / "singular_values_test_logp.npy", np.ones(5))
+    assert collect([ss], transformed=True)[1] == [
+        f"{ss}: no singular_values_test_transformed.npy (run python rank.py {ss})"]
+    # --transformed over heads that have no f(l) at all says so instead of drawing no dashed curve
+    assert collect([root / "ptb-softmax"], transformed=True)[1] == [
+        "no f(l) curve: none of these runs' heads has transformed logits (those of SS, GSS, LMS-PLIF, "
+        "LMS-PLIF† have)"]
     np.testing.assert_allclose(normalise(np.array([4.0, 2.0, 1.0])), [1.0, 1 / 3, 0.0])
     with pytest.raises(AnalysisError, match="no singular values found"):
         write_spectra([root / "ptb-ss"], tmp_path / "none.png")
+
+
+@pytest.mark.parametrize("script", ["rank", "report"])
+def test_a_figure_path_that_matplotlib_cannot_write_as_named_is_refused_first(tmp_path, monkeypatch, capsys, script):
+    """--out x.txt was matplotlib's traceback; --out spectra (no suffix) wrote spectra.png and
+    printed "wrote spectra"; an existing folder now receives spectra.png in it."""
+    import rank
+    root = tmp_path / "runs"
+    run_dir = make_run(root, "ptb-softmax", "softmax", 1)
+    np.save(run_dir / "singular_values_test_logp.npy", np.exp(-0.05 * np.arange(50)))
+    main = rank.main if script == "rank" else report.main
+    argv = ["--plot", str(run_dir)] if script == "rank" else ["spectra", str(run_dir)]
+    for bad in ("x.txt", "spectra"):
+        assert main([*argv, "--out", str(tmp_path / bad)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: --out {tmp_path / bad}: expected a figure file ending in .png, .pdf, "
+                       f".svg, or an existing folder (which receives spectra.png)\n")
+    assert not list(tmp_path.glob("x*")) and not (tmp_path / "spectra.png").exists()
+    folder = tmp_path / "figs"
+    folder.mkdir()
+    assert main([*argv, "--out", str(folder)]) == 0
+    assert f"wrote {folder / 'spectra.png'}" in capsys.readouterr().out
+    assert (folder / "spectra.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_rank_plot_and_report_spectra_draw_through_one_function(tmp_path, monkeypatch):
