@@ -18,7 +18,7 @@ import torch
 
 from data import DataError
 from experiment.checkpoint import CheckpointError
-from experiment.cli import ArgumentParser, run_script
+from experiment.cli import ArgumentParser, run_script, seed_argument
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
 
@@ -29,7 +29,7 @@ def parse_args(argv=None):
     parser.add_argument("--words", type=int, default=1000, help="number of words to sample (1000)")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="> 0; below 1 the text keeps to likelier words (1.0)")
-    parser.add_argument("--seed", type=int, default=1111, help="random seed of the sampler (1111)")
+    parser.add_argument("--seed", type=seed_argument, default=1111, help="random seed of the sampler (1111)")
     parser.add_argument("--out", help="also write the text to this file")
     parser.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto (cpu)")
     parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's own)")

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, run_script
+from experiment.cli import ArgumentParser, run_script, seed_argument
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
@@ -94,7 +94,7 @@ def parse_args(argv=None):
     robust.add_argument("--iterations", type=int, default=10, help="Algorithm 1 repetitions (default 10)")
     robust.add_argument("--noise-scales", type=float, nargs="+", default=list(NOISE_SCALES), metavar="C",
                         help="Algorithm 2's c values (default: SM Table 15's, 1e-2 ... 1e-32)")
-    robust.add_argument("--seed", type=int, default=0, help="seed of Algorithm 2's noise (default 0)")
+    robust.add_argument("--seed", type=seed_argument, default=0, help="seed of Algorithm 2's noise (default 0)")
     args = parser.parse_args(argv)
     if args.plot:
         # --plot draws what earlier rank.py runs saved: a computing option would be ignored.

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 from experiment.cli import ArgumentParser, stdout_closed
-from experiment.config import ConfigError
+from experiment.config import ConfigError, seed_problem
 from experiment.run_directory import FINETUNE_DIR
 from launch import LaunchError
 from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
@@ -122,6 +122,9 @@ def parse_args(argv=None):
             args.seeds = [s if s == "config" else int(s) for s in args.seeds if "=" not in s]
         except ValueError as e:
             parser.error(f"--seeds: expected integers or config, the config's own seed ({e})")
+        for seed in args.seeds:
+            if seed != "config" and (problem := seed_problem(seed)):
+                parser.error(f"--seeds: {problem}")
     if args.array_limit is not None and args.array_limit < 1:
         parser.error(f"--array-limit: expected an integer >= 1, got {args.array_limit}")
     for option in args.sbatch:

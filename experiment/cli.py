@@ -21,6 +21,19 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def seed_argument(text: str) -> int:
+    """An argparse type: a random seed in the range train.seed takes (a larger integer was a
+    traceback from inside torch's generator)."""
+    from .config import seed_problem
+    try:
+        value = int(text)
+    except ValueError:
+        value = text
+    if problem := seed_problem(value):
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def leave_a_closed_terminal() -> None:
     """On SIGHUP: stdout and stderr that can no longer be written go to /dev/null from now on. A
     closed terminal sends SIGHUP and then refuses every write (EIO), which would turn a clean stop

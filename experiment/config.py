@@ -34,6 +34,17 @@ def _in_unit_interval(name: str, value: float) -> None:
         raise ValueError(f"{name}: expected a probability in [0, 1), got {value}")
 
 
+# Seeds: what torch's generators and the DDP ranks' derived seeds (experiment/distributed.py) take.
+SEED_RANGE = "an integer in [0, 2**63 - 1]"
+
+
+def seed_problem(value) -> str | None:
+    """Why `value` is not a seed (one clause), or None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        return f"expected {SEED_RANGE}, got {value}"
+    return None
+
+
 def _positive(name: str, value) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"{name}: expected a value > 0, got {value}")
@@ -109,6 +120,8 @@ class TrainConfig:
         if self.plateau_gain is not None and not 0 < self.plateau_gain < 1:
             raise ValueError(f"plateau_gain: expected a fraction in (0, 1), e.g. 0.01 for 1%, "
                              f"or null, got {self.plateau_gain}")
+        if problem := seed_problem(self.seed):
+            raise ValueError(f"seed: {problem}")
         if self.small_batch_size is not None and self.small_batch_size > self.batch_size:
             raise ValueError(f"small_batch_size: expected at most batch_size ({self.batch_size}), "
                              f"got {self.small_batch_size}")

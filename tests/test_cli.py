@@ -35,6 +35,14 @@ REPO = Path(__file__).resolve().parent.parent
     (evaluate.main, [], "evaluate.py: error: the following arguments are required: path"),
     (generate.main, ["runs/x", "--words"], "generate.py: error: argument --words: expected one argument"),
     (synthetic.main, ["--words", "1"], "synthetic.py: error: argument --words: expected an integer >= 2, got '1'"),
+    # seeds past what torch's generators take were a traceback from inside torch (generate.py),
+    # or blamed on best.pt (rank.py --robustness): the range train.seed takes, checked first
+    (generate.main, ["runs/x", "--seed", "99999999999999999999"],
+     "generate.py: error: argument --seed: expected an integer in [0, 2**63 - 1], got 99999999999999999999"),
+    (rank.main, ["runs/x", "--robustness", "--seed", "-1"],
+     "rank.py: error: argument --seed: expected an integer in [0, 2**63 - 1], got -1"),
+    (sweep.main, ["configs/ptb/softmax.yaml", "--out", "x", "--seeds", "1", str(2**63)],
+     f"sweep.py: error: --seeds: expected an integer in [0, 2**63 - 1], got {2**63}"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(main, argv, line, capsys):
     """Not argparse's usage block and then the line: the one line (--help has the usage)."""

@@ -63,6 +63,8 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("head.k=2", "unknown key head.k (the softmax head takes no keys)"),
     ("model.nhidlast=300", "nhidlast must equal emsize"),
     ("train.small_batch_size=21", "small_batch_size: expected at most batch_size"),
+    ("train.seed=99999999999999999999", "train.seed: expected an integer in [0, 2**63 - 1], got 99999999999999999999"),
+    ("train.seed=-1", "train.seed: expected an integer in [0, 2**63 - 1], got -1"),
     ("run.device=gpu", "run.device: expected auto"),
     ("run.ddp_reduce=ring", "run.ddp_reduce: expected one of 'ordered', 'allreduce', got 'ring'"),
     ("run.deterministic=sometimes", "run.deterministic: expected true or false"),
