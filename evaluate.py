@@ -187,9 +187,16 @@ def evaluate_with_method(run, args) -> int:
         mixed = {split: cache.positions_mixed(source.size(0) - 1, settings.window, settings.bptt, settings.start)
                  for split, source in splits.items()}
         for split, count in mixed.items():
+            positions = splits[split].size(0) - 1
+            if count == 0 and positions > settings.window + 1:
+                raise ConfigError(
+                    f"--cache-bptt {settings.bptt}: with --cache-start {settings.start} the first "
+                    f"position of every chunk uses p_model alone, and chunks of {settings.bptt} "
+                    f"position have nothing else, so the cache is never used and its numbers would "
+                    f"be the plain ones; give a longer --cache-bptt or --cache-start available")
             if count == 0:
                 raise ConfigError(
-                    f"--cache-window {settings.window}: the {split} split's {splits[split].size(0) - 1} "
+                    f"--cache-window {settings.window}: the {split} split's {positions} "
                     f"positions are no more than the window + 1, so with --cache-start {settings.start} the "
                     f"cache is never used and its numbers would be the plain ones; give a shorter "
                     f"--cache-window or --cache-start available")
@@ -215,6 +222,7 @@ def evaluate_with_method(run, args) -> int:
                 results[f"{RESULT_KEY[split]}_loss"] = cache.cache_nll(run.model, source, settings, progress)
     else:
         run.corpus.check_batchable("train", settings.ms_batch_size, "--dynamic-ms-batch-size")
+        check_dynamic_segments(run.corpus, splits, settings)
         steps = dynamic.training_batches(run.corpus.train, settings)
         with bar("gradient statistics on train", steps, unit="batch") as progress:
             statistics = dynamic.gradient_statistics(run.model, run.corpus.train, settings, progress)
@@ -230,6 +238,26 @@ def evaluate_with_method(run, args) -> int:
         results[f"{key}_batch_size"] = 1
     report(run, results, args, f"eval_{run.path.stem}_{args.method}.json")
     return 0
+
+
+def check_dynamic_segments(corpus, splits: dict, settings) -> None:
+    """Refuse settings whose dynamic evaluation would not be what it is called: a split read as
+    one segment is scored before any step (its numbers would be the plain ones), and more
+    training batches asked than the split has would be recorded but not read."""
+    for split, source in splits.items():
+        positions = source.size(0) - 1
+        if positions <= settings.bptt:
+            raise ConfigError(
+                f"--dynamic-bptt {settings.bptt}: the {split} split's {positions} positions make one "
+                f"segment, scored before any step, so its numbers would be the plain ones; give a "
+                f"shorter --dynamic-bptt (it also sets the training batches' length for the "
+                f"gradient statistics)")
+    available = dynamic.training_batches(corpus.train, dataclasses.replace(settings, ms_batches=None))
+    if settings.ms_batches is not None and settings.ms_batches > available:
+        raise ConfigError(
+            f"--dynamic-ms-batches {settings.ms_batches}: the training split has {available} batches "
+            f"of {settings.ms_batch_size} columns x {settings.bptt} positions; give at most "
+            f"{available}, or leave it out for all of them")
 
 
 def perplexity_grid(grid) -> list[list[float]]:

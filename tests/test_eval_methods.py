@@ -467,6 +467,37 @@ def test_a_cache_that_would_never_be_used_is_refused(tiny_run, capsys):
     assert "the cache is never used" in err and "--cache-start available" in err
 
 
+def test_settings_under_which_a_method_would_not_be_itself_are_refused_with_the_reason(tiny_run, capsys):
+    """Chunks of one position never mix the cache in (not the window's fault); a dynamic segment
+    as long as a split is scored before any step; more gradient-statistics batches than the
+    training split has were recorded as asked but read as there were. Nothing is written."""
+    valid, test = run_split_length(tiny_run, "valid"), run_split_length(tiny_run, "test")
+    results = {path: path.read_bytes() for path in tiny_run.glob("eval_*.json")}   # other tests' too
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "5", "--cache-bptt", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --cache-bptt 1: with --cache-start reference the first position of every chunk uses "
+        "p_model alone, and chunks of 1 position have nothing else, so the cache is never used and its "
+        "numbers would be the plain ones; give a longer --cache-bptt or --cache-start available\n")
+    longest = max(valid, test)
+    assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-bptt", str(longest)]) == 2
+    err = capsys.readouterr().err
+    split = "valid" if valid == longest else "test"
+    assert err == (f"error: --dynamic-bptt {longest}: the {split} split's {longest} positions make one "
+                   "segment, scored before any step, so its numbers would be the plain ones; give a shorter "
+                   "--dynamic-bptt (it also sets the training batches' length for the gradient statistics)\n")
+    from experiment.loading import load_trained
+    from evaluation import dynamic
+    train_ids = load_trained(tiny_run, torch.device("cpu")).corpus.train
+    available = dynamic.training_batches(train_ids, dynamic.DynamicSettings(lr=0.002, lam=0.075, epsilon=0.001,
+                                                                             ms_batch_size=4))
+    assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-ms-batch-size", "4",
+                          "--dynamic-ms-batches", str(available + 1)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --dynamic-ms-batches {available + 1}: the training split has {available} batches of 4 "
+        f"columns x 5 positions; give at most {available}, or leave it out for all of them\n")
+    assert {path: path.read_bytes() for path in tiny_run.glob("eval_*.json")} == results
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--cache", "--cache-window", "0"], "--cache-window: expected an integer >= 1, got 0"),
     (["--cache", "--cache-lambda", "1"], "--cache-lambda: expected a number in [0, 1), got 1.0"),
