@@ -34,6 +34,8 @@ def method_setting(results: dict) -> str:
     """What a method's result was computed at, as text: its settings (evaluate.py's "settings"),
     with theta and lambda said to be searched where --cache-search chose them per run on the
     validation split (runs searched alike are one method, whatever pair each found)."""
+    if "settings" not in results and "test_batch_size" in results:        # plain evaluation
+        return f"valid batch size {results.get('val_batch_size')}, test batch size {results['test_batch_size']}"
     settings = dict(results.get("settings", {}))
     if "search" in results:
         settings = {k: v for k, v in settings.items() if k not in ("theta", "lam")}
@@ -85,9 +87,8 @@ def settings_markdown(listed, several_d: bool) -> str:
     for run, d, evaluated in listed:
         for stage, found in evaluated:
             for method, results in found.items():
-                if method != "plain":
-                    used.setdefault(method, {}).setdefault(method_setting(results), []).append(
-                        f"{head_label(run.head)}{f', d = {d}' if several_d else ''} (seed {run.seed}), {stage}")
+                used.setdefault(method, {}).setdefault(method_setting(results), []).append(
+                    f"{head_label(run.head)}{f', d = {d}' if several_d else ''} (seed {run.seed}), {stage}")
     lines = []
     for method, settings in used.items():
         for setting, runs in settings.items():
@@ -110,13 +111,19 @@ def cells_markdown(listed, several_d: bool) -> str:
     def label(head, d, stage):
         return f"{head_label(head)}{f', d = {d}' if several_d else ''}, {stage}"
 
-    # A cell's seeds are one measurement of a method only if each was evaluated at its settings.
+    # A cell's seeds are one measurement of a method only if each was evaluated at its settings,
+    # and a head is compared with Softmax under a method only at the same settings.
     for cell, by_method in settings.items():
         for method, found in by_method.items():
             if len(found) > 1:
                 raise AnalysisError(f"{label(*cell)}: its runs' {method} results were computed at different "
                                     f"settings ({' / '.join(sorted(found))}): evaluate them alike, or choose "
                                     f"runs with --only")
+            softmax = settings.get(("softmax", *cell[1:]), {}).get(method)
+            if softmax and softmax != found:
+                raise AnalysisError(f"{label(*cell)} and {label('softmax', *cell[1:])}: their {method} results "
+                                    f"were computed at different settings ({next(iter(found))} / "
+                                    f"{next(iter(softmax))}): evaluate them alike, or choose runs with --only")
 
     def logs(runs, method):
         return [math.log(r[method]) for r in runs if method in r]

@@ -121,7 +121,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     evaluation = read_json(run_dir / "eval_best.json")
     if evaluation is not None and "test_ppl" in evaluation:
         stale = (stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
-                 or corpus_note(evaluation, config, "eval_best.json", f"python evaluate.py {run_dir}"))
+                 or corpus_note(evaluation, config, "eval_best.json", f"python evaluate.py {run_dir}")
+                 or batch_size_note(evaluation, config, f"python evaluate.py {run_dir}"))
         if stale:
             result.missing.append(f"test_ppl ({stale})")
         else:
@@ -176,6 +177,46 @@ def corpus_note(result: dict, config: dict, name: str, command: str) -> str | No
     return (f"{name} was computed on a corpus that is not the published one ({corpus.get('folder')}, "
             f"{corpus.get('tokens', {}).get('test', 0):,} test tokens), the run trained on the published "
             f"one: run {command}")
+
+
+def align_rank_settings(results: Sequence[RunResult]) -> list[str]:
+    """Press ranks of one table over the same contexts and precision: a rank counts the rows of
+    its log-P matrix and the rounding of its singular values, so the table takes the setting most
+    of its ranked runs share (rank.py --contexts, --dtype) and lists a run ranked otherwise under
+    "Missing or incomplete" rather than pooling it; every rank.py command a note gives carries
+    that setting. Returns the notes of the ranks left out."""
+    settings = Counter((r.rank_contexts, r.rank_dtype) for r in results if r.press_rank is not None)
+    if not settings:
+        return []
+    # the most runs; between as many, more contexts, then float32 (rank.py's default)
+    (contexts, dtype), _ = max(settings.items(),
+                               key=lambda item: (item[1], item[0][0] or 0, item[0][1] == "float32"))
+    options = (f" --contexts {contexts}" if contexts else "") + (
+        f" --dtype {dtype}" if dtype and dtype != "float32" else "")
+    left_out = []
+    for r in results:
+        command = f"python rank.py {r.dir}"
+        r.missing = [note.replace(command, command + options) if note.startswith("press_rank") else note
+                     for note in r.missing]
+        if r.press_rank is not None and (r.rank_contexts, r.rank_dtype) != (contexts, dtype):
+            reason = (f"rank_test.json is over {r.rank_contexts or 'all'} contexts in {r.rank_dtype}, "
+                      f"the other ranks here over {contexts or 'all'} in {dtype}: run {command}{options}")
+            left_out.append(f"`{r.dir}`: {reason}")
+            r.missing.append(f"press_rank ({reason})")
+            r.press_rank = r.rank_contexts = r.rank_dtype = None
+    return left_out
+
+
+def batch_size_note(evaluation: dict, config: dict, command: str) -> str | None:
+    """Why eval_best.json's test ppl is not at the run's test batch size, or None: evaluate.py
+    --test-batch-size N gives another number (fewer, longer-carried hidden states: not the
+    batch-size-1 test of the papers), which a table would pool with the other runs' as one."""
+    used = evaluation.get("test_batch_size")
+    own = config_value(config, "train.test_batch_size") or 1
+    if used is None or used == own:
+        return None
+    return (f"eval_best.json is at test batch size {used}, the run's train.test_batch_size is {own}: "
+            f"run {command}")
 
 
 # ---------------------------------------------------------------------- statistics
@@ -623,8 +664,7 @@ def table_note(table: Table) -> str:
             note += ("Press rank: rank_test.json, the rank of best.pt's log-probability matrix over the first "
                      + " or ".join(f"{c:,}" for c in contexts) + " test contexts"
                      + (f" in {' or '.join(dtypes)}" if dtypes else "") + " (rank.py --contexts, --dtype; "
-                     + ("the same for every run" if len(contexts) == 1 and len(dtypes) <= 1
-                        else "**they differ between runs**, and a rank depends on both")
+                     + "the same for every run: a rank taken otherwise is listed under Missing or incomplete"
                      + "), mean ± sample std as above (± 0: every run the same rank). ")
     return note + ("Time: the wall seconds of an epoch's training steps, validation left out (the "
                    "epoch time that the AWD-LSTM and MoS code print includes it), per kind of device "
@@ -658,6 +698,7 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
     if published:
         group_by = list(dict.fromkeys([*published.group_by, *group_by]))
     results = [read_run(d, group_by) for d in run_dirs]
+    align_rank_settings(results)
     table = build_table(results, group_by, baseline, exclude_from_t_test, published)
     note = table_note(table)
     title = f"# {published.title}" if published else "# Results"

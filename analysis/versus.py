@@ -22,7 +22,7 @@ from .comparisons import at_common_epoch, common_epoch_table, log_values, pairs_
 from .figures import plain_log_ticks, prefixed, pyplot, save
 from .runs import head_label, markdown_table, write_csv
 from .stats import combination, difference_of_differences, format_p, holm
-from .tables import devices_markdown, estimate_csv, group_rows, mean_std, read_run
+from .tables import align_rank_settings, devices_markdown, estimate_csv, group_rows, mean_std, read_run
 
 BASELINE = "softmax"
 
@@ -30,6 +30,7 @@ BASELINE = "softmax"
 def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     """PREFIX.png (two panels), PREFIX.md and PREFIX.csv; returns the Markdown."""
     results = [read_run(d, [key]) for d in run_dirs]
+    ranks_left_out = align_rank_settings(results)
     if all(r.group[0] is None for r in results):
         raise AnalysisError(f"--key {key}: no run's config.yaml has this key (a config key, e.g. model.emsize)")
     if any(r.group[0] is None for r in results):
@@ -96,6 +97,9 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
               f"runs (n = 1: the one run's value); Press rank: rank_test.json, the same over the "
               f"point's ranked runs (n shown where more than one). Figure: "
               f"{prefixed(out_prefix, '.png').name}\n")
+    if ranks_left_out:
+        text += ("\nPress ranks left out (ranked over other contexts or in another precision than the "
+                 "rest, so not pooled with them):\n\n" + "".join(f"- {note}\n" for note in ranks_left_out))
     others = [h for h in heads if h != BASELINE]
     gains = {(h, v): test_difference(cells[h, v], cells[BASELINE, v])
              for h in others for v in values if (h, v) in cells and (BASELINE, v) in cells}

@@ -243,6 +243,48 @@ def test_methods_name_their_settings_and_pool_only_runs_evaluated_alike(tmp_path
     assert "\n" not in err and "lam 0.0" in err and "searched on valid" in err
 
 
+def test_methods_pool_and_compare_plain_results_only_at_the_same_batch_sizes(tmp_path, capsys):
+    """Plain evaluation's settings are its batch sizes: a cell whose seeds were evaluated at
+    different test batch sizes, or a head whose plain numbers are at another batch size than
+    Softmax's in the same cell, is refused in one line rather than pooled or compared."""
+    root = tmp_path / "runs"
+    for head, seed, test_batch in (("softmax", 1, 1), ("softmax", 2, 1), ("mos", 1, 1), ("mos", 2, 1)):
+        run = cpu_run(root, head, seed)
+        (run / "eval_best.json").write_text(json.dumps(
+            {"val_ppl": 1.0, "test_ppl": 200.0 + seed, "val_batch_size": 10, "test_batch_size": test_batch}))
+        (run / "eval_best_cache.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 190.0 + seed}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
+    assert "- plain: valid batch size 10, test batch size 1 (every run)" in (tmp_path / "m.md").read_text()
+    mos2 = root / "ptb-mos-model.emsize=32-seed2" / "eval_best.json"
+    mos2.write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 150.0, "val_batch_size": 10, "test_batch_size": 10}))
+    capsys.readouterr()
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err == (
+        "error: MoS, trained: its runs' plain results were computed at different settings (valid batch size "
+        "10, test batch size 1 / valid batch size 10, test batch size 10): evaluate them alike, or choose "
+        "runs with --only\n")
+    for seed in (1, 2):
+        (root / f"ptb-mos-model.emsize=32-seed{seed}" / "eval_best.json").write_text(json.dumps(
+            {"val_ppl": 1.0, "test_ppl": 150.0, "val_batch_size": 10, "test_batch_size": 10}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err == (
+        "error: MoS, trained and Softmax, trained: their plain results were computed at different settings "
+        "(valid batch size 10, test batch size 10 / valid batch size 10, test batch size 1): evaluate them "
+        "alike, or choose runs with --only\n")
+
+
+def test_a_test_ppl_at_another_batch_size_than_the_runs_own_is_listed_not_pooled(tmp_path):
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        run = cpu_run(root, "softmax", seed, test_ppl=200.0 + seed)
+    (run / "eval_best.json").write_text(json.dumps({"test_ppl": 150.0, "test_batch_size": 10}))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    text = (tmp_path / "t.md").read_text()
+    assert (f"test_ppl (eval_best.json is at test batch size 10, the run's train.test_batch_size is 1: "
+            f"run python evaluate.py {run})") in text.split("## Missing or incomplete")[1]
+    assert "150.00" not in text and "201.00" in text
+
+
 def test_curves_of_a_run_without_an_epoch_is_one_line(tmp_path, capsys):
     run = cpu_run(tmp_path / "runs", "softmax", 1)
     (run / "metrics.jsonl").write_text("")

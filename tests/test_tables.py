@@ -544,5 +544,22 @@ def test_one_pair_is_its_own_holm_family_and_the_rank_note_gives_the_contexts(tm
     assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
     text = (tmp_path / "t.md").read_text()
     assert "| pair | n (Welch's df) | test ppl: % [95% CI], p | Holm's p (one pair: its own p) |" in text
-    assert ("over the first 300 or 10,000 test contexts in float32 or float64 (rank.py --contexts, --dtype; **they differ between "
-            "runs**, and a rank depends on both)") in text
+    # ranks taken over other contexts or in another precision are not pooled: listed, with the
+    # command that ranks them as the rest (a run not ranked yet gets the same options)
+    assert ("over the first 10,000 test contexts in float32 (rank.py --contexts, --dtype; the same for every "
+            "run: a rank taken otherwise is listed under Missing or incomplete)") in text
+    missing = text.split("## Missing or incomplete")[1]
+    for name, contexts, dtype in (("ptb-mos-seed1", 10_000, "float64"), ("ptb-mos-seed2", 300, "float32")):
+        assert (f"press_rank (rank_test.json is over {contexts} contexts in {dtype}, the other ranks here over "
+                f"10000 in float32: run python rank.py {root / name} --contexts 10000)") in missing
+    rows = read_csv(tmp_path / "t.csv")
+    assert rows["MoS"]["press_rank_mean"] == "" and float(rows["Softmax"]["press_rank_mean"]) == 34
+    make_run(root, "ptb-softmax-seed3", "softmax", 3, test_ppl=100.5)          # not ranked yet
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    assert (f"press_rank (no rank_test.json: run python rank.py {root / 'ptb-softmax-seed3'} --contexts 10000)"
+            in (tmp_path / "t.md").read_text())
+    # versus lists the ranks it leaves out beside its table
+    assert report.main(["versus", str(root), "--key", "train.epochs", "--out", str(tmp_path / "v")]) == 0
+    assert (f"- `{root / 'ptb-mos-seed2'}`: rank_test.json is over 300 contexts in float32, the other ranks "
+            f"here over 10000 in float32: run python rank.py {root / 'ptb-mos-seed2'} --contexts 10000\n"
+            in (tmp_path / "v.md").read_text())
