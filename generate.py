@@ -11,6 +11,7 @@ options give the same text (on one device). Nothing is written into the run dire
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +57,17 @@ def sample(model, vocab: list[str], words: int, temperature: float, generator: t
     return "".join(out)
 
 
+def check_writable(out: Path) -> None:
+    """Refuse an --out that cannot be written before the sampling (minutes for many words on
+    a CPU), not after it."""
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: a folder; expected a file name")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: no folder {out.parent}")
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise ConfigError(f"--out {out}: not writable")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -63,6 +75,8 @@ def main(argv=None) -> int:
             raise ConfigError(f"--words: expected an integer >= 1, got {args.words}")
         if not (0 < args.temperature < float("inf")):
             raise ConfigError(f"--temperature: expected a number > 0, got {args.temperature}")
+        if args.out:
+            check_writable(Path(args.out))
         device = select_device(args.device, option="--device")
         run = load_trained(args.path, device, args.data_dir, allow_modified_corpus=args.allow_modified_corpus)
         # The sampler's stream lives on the CPU, so a seed gives the same words on any device
@@ -72,10 +86,11 @@ def main(argv=None) -> int:
     except (ConfigError, CheckpointError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(text.rstrip(" "))
+    text = text.rstrip(" ")
+    print(text)
     if args.out:
         try:
-            Path(args.out).write_text(text, encoding="utf-8")
+            Path(args.out).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         except OSError as e:
             print(f"error: --out {args.out}: cannot write ({e.strerror})", file=sys.stderr)
             return 2

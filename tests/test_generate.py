@@ -55,7 +55,19 @@ def test_low_temperature_keeps_to_the_most_probable_word(tiny_run):
 def test_the_text_goes_to_out_too(tiny_run, tmp_path, capsys):
     out = tmp_path / "sample.txt"
     assert generate.main([str(tiny_run), "--words", "12", "--out", str(out)]) == 0
-    assert capsys.readouterr().out.rstrip("\n") == out.read_text().rstrip(" ").rstrip("\n")
+    printed = capsys.readouterr().out
+    text = printed[:-1]                                   # print's own newline
+    # the file holds the text, ending in one newline (the text's own where it ends a line)
+    assert out.read_text() == (text if text.endswith("\n") else text + "\n")
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_sampling(tiny_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(generate, "sample", lambda *a: pytest.fail("sampled before --out was checked"))
+    for out, message in ((tmp_path / "no" / "sample.txt", f"--out {tmp_path / 'no' / 'sample.txt'}: no folder "
+                                                          f"{tmp_path / 'no'}"),
+                         (tmp_path, f"--out {tmp_path}: a folder; expected a file name")):
+        assert generate.main([str(tiny_run), "--words", "12", "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
 
 
 BAD_TEMPERATURES = {"0": "0.0", "-1": "-1.0", "nan": "nan", "inf": "inf"}
