@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from data import load_corpus
+from data import DataError, load_corpus
+from data.download import missing_split_files
 from model import LanguageModel, build_model, word_counts
 from . import checkpoint
 from .config import DEVICE_CHOICES, DEVICE_NAME, Config, ConfigError, config_from_dict
@@ -216,6 +217,14 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
     ckpt_path = checkpoint.existing_checkpoint(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
+    if data_dir is not None:
+        # A folder the user named that lacks the corpus is a typo or the wrong folder: say so,
+        # rather than download the corpus into it (downloading is for the run's own data dir).
+        missing = missing_split_files(Path(data_dir).expanduser() / config.data.dataset)
+        if missing:
+            raise DataError(f"--data-dir {data_dir}: no {missing[0].name} in {missing[0].parent}: give "
+                            f"the folder that holds {config.data.dataset}/, or leave --data-dir out "
+                            f"for the run's own")
     corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,
                          allow_modified=config.data.allow_modified_corpus or bool(allow_modified_corpus),
                          allowed_by=None if allow_modified_corpus is None else "give --allow-modified-corpus")

@@ -148,6 +148,22 @@ def published_run(tiny_run, tmp_path) -> Path:
 
 @pytest.mark.parametrize("script, options", [(evaluate, []), (rank, ["--contexts", "20"]),
                                               (generate, ["--words", "5"])])
+def test_a_data_dir_without_the_corpus_is_refused_not_downloaded_into(script, options, tiny_run, tmp_path,
+                                                                       monkeypatch, capsys):
+    """--data-dir naming a folder without the run's corpus (a typo, the wrong folder) was a
+    download into it while evaluating."""
+    import data.corpus
+    monkeypatch.setattr(data.corpus, "ensure_corpus", lambda *a, **k: pytest.fail("tried to download"))
+    wrong = tmp_path / "no-such-folder"
+    assert script.main([str(tiny_run), "--device", "cpu", "--data-dir", str(wrong), *options]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --data-dir {wrong}: no train.txt in {wrong / 'ptb'}: give the folder that holds ptb/, or "
+        f"leave --data-dir out for the run's own\n")
+    assert not wrong.exists()
+
+
+@pytest.mark.parametrize("script, options", [(evaluate, []), (rank, ["--contexts", "20"]),
+                                              (generate, ["--words", "5"])])
 def test_a_modified_corpus_is_refused_with_a_hint_the_script_takes(script, options, published_run, capsys):
     """Not "set data.allow_modified_corpus=true", which these scripts cannot take: their own
     --allow-modified-corpus, which reads the corpus."""
