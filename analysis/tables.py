@@ -120,7 +120,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
 
     evaluation = read_json(run_dir / "eval_best.json")
     if evaluation is not None and "test_ppl" in evaluation:
-        stale = (stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
+        stale = (head_note(evaluation, head, "eval_best.json", f"python evaluate.py {run_dir}")
+                 or stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
                  or corpus_note(evaluation, config, "eval_best.json", f"python evaluate.py {run_dir}")
                  or batch_size_note(evaluation, config, f"python evaluate.py {run_dir}"))
         if stale:
@@ -133,7 +134,8 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     rank = read_json(run_dir / "rank_test.json")
     ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
     if rank is not None and "press_rank" in rank and ranked == "best.pt":
-        stale = (stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
+        stale = (head_note(rank, head, "rank_test.json", f"python rank.py {run_dir}")
+                 or stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
                  or corpus_note(rank, config, "rank_test.json", f"python rank.py {run_dir}"))
         if stale:
             result.missing.append(f"press_rank ({stale})")
@@ -155,6 +157,14 @@ def best_checkpoint_step(metrics: list[dict]) -> int | None:
         return None
     best = min(metrics, key=lambda r: r["val_loss"])
     return best["step"] if best["val_ppl"] <= metrics[-1].get("best_val_ppl", best["val_ppl"]) else 0
+
+
+def head_note(result: dict, head: str, name: str, command: str) -> str | None:
+    """Why a result file is not of the run's model, or None: it names another head (a file
+    copied in from another run). Files without the record pass."""
+    if result.get("head", head) == head:
+        return None
+    return f"{name} is of a {result['head']} model, the run's head is {head}: run {command}"
 
 
 def stale_note(result: dict, best_step: int | None, name: str, command: str) -> str | None:

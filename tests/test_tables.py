@@ -173,6 +173,22 @@ def test_a_test_ppl_or_rank_of_another_corpus_is_reported_not_used(tmp_path):
     assert float(rows["Softmax (data.allow_modified_corpus=True, data.data_dir=None)"]["test_ppl_mean"]) == 58.0
 
 
+def test_a_test_ppl_or_rank_of_another_head_is_reported_not_used(tmp_path):
+    """An eval_best.json or rank_test.json copied in from another run names another head."""
+    root = tmp_path / "runs"
+    run = make_run(root, "ptb-softmax-seed1", "softmax", 1, test_ppl=57.0, press_rank=402)
+    make_run(root, "ptb-softmax-seed2", "softmax", 2, test_ppl=58.0, press_rank=402)
+    for name in ("eval_best.json", "rank_test.json"):
+        result = json.loads((run / name).read_text())
+        (run / name).write_text(json.dumps({**result, "head": "mos"}))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    missing = (tmp_path / "t.md").read_text().split("## Missing or incomplete")[1]
+    assert f"test_ppl (eval_best.json is of a mos model, the run's head is softmax: run python evaluate.py {run})" in missing
+    assert f"press_rank (rank_test.json is of a mos model, the run's head is softmax: run python rank.py {run})" in missing
+    assert read_csv(tmp_path / "t.csv")["Softmax"]["runs"] == "2" and \
+        float(read_csv(tmp_path / "t.csv")["Softmax"]["test_ppl_mean"]) == 58.0
+
+
 def test_a_test_ppl_or_rank_of_other_weights_than_best_pt_is_reported_not_used(tmp_path):
     """eval_best.json / rank_test.json carry the step of the weights they scored; a run evaluated
     after epoch 2 and then trained on to a better epoch 3 has stale ones."""
