@@ -156,6 +156,8 @@ def write_wordsim(rows: Sequence[ModelScores], benchmarks: Sequence[Benchmark], 
     """<prefix>.md, <prefix>.csv and <prefix>_wins.png; return the Markdown."""
     names = [b.name for b in benchmarks]
     def cell(s: Score) -> str:
+        if np.isnan(s.rho):
+            return "—"
         return f"{s.rho:.4f}" if np.isnan(s.std) else f"{s.rho:.4f} ± {s.std:.4f}"
 
     body = [[row.label, str(row.runs), *(cell(s) for s in row.scores)] for row in rows]
@@ -167,7 +169,8 @@ def write_wordsim(rows: Sequence[ModelScores], benchmarks: Sequence[Benchmark], 
     labels = [row.label for row in rows]
     text = ("# Word similarity (Spearman's rho of input-embedding cosine similarities)\n\n"
             + markdown_table(["Model", "n", *names], body)
-            + "\nn: the runs a row stands for; with several (--by-head), rho is their mean ± sample std.\n"
+            + "\nn: the runs a row stands for; with several (--by-head), rho is their mean ± sample std. "
+              "—: fewer than two of the benchmark's pairs in the vocabulary, so no rho.\n"
             + "\n## Wins (row beats column on this many benchmarks)\n\n"
             + markdown_table(["", *labels], [[a, *map(str, w)] for a, w in zip(labels, wins)])
             + "\nA win compares two rows' rho (means, for rows of several runs) on one benchmark; it is "

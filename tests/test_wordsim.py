@@ -127,6 +127,11 @@ def test_a_row_of_several_runs_gives_its_n_and_spread(tmp_path):
     assert "| MoS | 3 | 0.2000 ± 0.1000 | 0.4000 ± 0.1000 |" in markdown
     assert "| Softmax | 1 | 0.2500 | 0.3500 |" in markdown
     assert "not a test" in markdown
+    # a benchmark with fewer than two pairs in the vocabulary has no rho: a dash, said why, not "nan"
+    lone = [ModelScores("ptb-ss-seed1", "ptb", "ss", [Score(float("nan"), 1, 11), Score(0.3, 8, 4)])]
+    text = write_wordsim(lone, benchmarks, tmp_path / "lone")
+    assert "| ptb-ss-seed1 | 1 | — | 0.3000 |" in text and "nan" not in text
+    assert "—: fewer than two of the benchmark's pairs in the vocabulary, so no rho." in text
     with open(tmp_path / "ws.csv", newline="") as f:
         csv_rows = {r["model"]: r for r in csv.DictReader(f)}
     assert csv_rows["MoS"]["runs"] == "3" and float(csv_rows["MoS"]["A_std"]) == pytest.approx(0.1)
