@@ -42,6 +42,7 @@ number in a "[SB] ..." column beside each measured one; and it says which rows' 
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class RunResult:
     config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
     val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
     device: str = "unrecorded"       # where it trained: training_device()
+    corpus_published: bool | None = None   # eval_best.json's corpus record: the published splits?
 
     @property
     def setting(self) -> dict:
@@ -128,6 +130,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
             result.missing.append(f"test_ppl ({stale})")
         else:
             result.test_ppl = evaluation["test_ppl"]
+            result.corpus_published = (evaluation.get("corpus") or {}).get("published")
     else:
         result.missing.append(f"test_ppl (no eval_best.json: run python evaluate.py {run_dir})")
 
@@ -716,8 +719,15 @@ def write_table(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[s
         unmatched = sorted({row.label for row in table.rows if row.published is None})
         note += (f"\nColumns marked [SB]: {published.title}. {published.note}\n"
                  + (f"\nRows without a published counterpart: {'; '.join(unmatched)}.\n" if unmatched else ""))
+        modified = [r for r in results if r.corpus_published is False]
+        if modified:
+            warning = (f"{len(modified)} of the {len(results)} runs were evaluated on a corpus that is not the "
+                       f"published one (data.allow_modified_corpus; e.g. {modified[0].dir}): the [SB] "
+                       f"columns set their numbers against the paper's on another text")
+            print(f"warning: {warning}", file=sys.stderr)
         note_on_models = model_note(table)
         title += "\n\n" + note_on_models.rstrip("\n") if note_on_models else ""
+        title += f"\n\n**Not the published corpus**: {warning}." if modified else ""
     common, pairs = table.common_epoch_markdown(), table.pairs_markdown()
     text = (title + "\n\n" + table.markdown() + "\n" + note + "\n" + (common + "\n" if common else "")
             + (pairs + "\n" if pairs else "") + table.spread_markdown() + "\n" + devices_markdown([(row.label, row.runs) for row in table.rows])

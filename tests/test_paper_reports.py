@@ -139,6 +139,34 @@ def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
     assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
 
 
+def test_a_paper_table_says_when_its_runs_read_another_corpus(tmp_path, capsys):
+    """[SB]'s columns and p-values beside runs evaluated on a slice of PTB: said before the
+    numbers, and on stderr."""
+    root = tmp_path / "runs"
+    for head in ("softmax", "ss"):
+        for seed in (1, 2):
+            run = fake_run(root, f"{head}-{seed}", "ptb", head, seed, test_ppl=57.0 + seed / 10,
+                           config={"train": {"asgd_trigger": "et"}})
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    assert "Not the published corpus" not in (tmp_path / "t2.md").read_text()
+    # trained and evaluated on a slice (a run that trained on the published corpus and was
+    # evaluated on a slice has its test ppl refused instead: tables.corpus_note)
+    evaluation = json.loads((run / "eval_best.json").read_text())
+    (run / "eval_best.json").write_text(json.dumps({**evaluation, "corpus": {"folder": "/tmp/slice/ptb",
+                                                                             "published": False}}))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["allow_modified_corpus"] = True
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    warning = (f"1 of the 4 runs were evaluated on a corpus that is not the published one "
+               f"(data.allow_modified_corpus; e.g. {run}): the [SB] columns set their numbers against the "
+               f"paper's on another text")
+    assert markdown.index(f"**Not the published corpus**: {warning}.") < markdown.index("| Model |")
+    assert f"warning: {warning}\n" in capsys.readouterr().err
+
+
 def test_a_paper_table_says_when_its_models_are_not_sbs(tmp_path):
     """Issue 46: a miniature's numbers were set beside [SB]'s 24.22M-parameter ones without a word."""
     root = tmp_path / "runs"
