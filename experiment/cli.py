@@ -48,6 +48,46 @@ def leave_a_closed_terminal() -> None:
             os.close(null)
 
 
+class _ReaderMayLeave:
+    """stdout or stderr whose reader may go away (`train.py ... | head`, a pager quit): a write
+    that finds the pipe closed sends this and every later write to /dev/null, as a closed terminal
+    does (leave_a_closed_terminal), instead of a BrokenPipeError from a progress line in the
+    middle of a training step."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _to_null(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+            self._stream.flush()           # what was buffered goes to /dev/null
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def keep_training_without_a_reader() -> None:
+    """train.py's output may outlive its reader: training goes on, and saves, unheard."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _ReaderMayLeave):
+            setattr(sys, name, _ReaderMayLeave(stream))
+
+
 class Terminated(Exception):
     """SIGTERM (a scheduler's stop, `kill`), raised in the main thread as Ctrl-C raises
     KeyboardInterrupt, so that it ends the script the same way."""

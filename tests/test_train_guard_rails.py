@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import signal
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,23 @@ def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp
     assert train.main(["--resume", str(run_dir), f"run.max_steps={step + 2}"]) == 0
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == step + 2
     assert [r["epoch"] for r in metrics(run_dir)] == list(range(1, len(metrics(run_dir)) + 1))
+
+
+def test_a_reader_that_goes_away_does_not_stop_training(small, tmp_path):
+    """`train.py ... | head -2`: the pipe closes after two lines; training goes on to the end
+    unheard and saves (it stopped at the next progress line, blaming the run directory, with the
+    steps since the last checkpoint lost)."""
+    run_dir = tmp_path / "piped"
+    proc = subprocess.Popen([sys.executable, "train.py", PTB, *small, "train.epochs=2", "run.log_interval=1",
+                             f"run.dir={run_dir}"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.stdout.readline()
+    proc.stdout.readline()
+    proc.stdout.close()                                    # what `head -2` does
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()
+    assert [r["epoch"] for r in metrics(run_dir)] == [1, 2]
+    assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == metrics(run_dir)[-1]["step"]
 
 
 def test_resume_checks_the_checkpoint_before_writing_anything(small, ptb_slice, tmp_path, capsys):
