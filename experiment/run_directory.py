@@ -33,6 +33,29 @@ class RunDirectoryError(Exception):
     """A run directory that cannot be used or written; str(error) is one line."""
 
 
+def check_run_dir_usable(run_dir: Path) -> None:
+    """RunDirectoryError (one line) if `run_dir` cannot be made or written: it is a file, lies
+    under one, or its nearest existing folder is not writable. Checked before --dry-run returns,
+    so that the dry run says what the run would."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirectoryError(f"run.dir {run_dir}: a file, not a folder; choose another run.dir")
+    existing = next(parent for parent in (run_dir, *run_dir.parents) if parent.exists())
+    if not existing.is_dir():
+        raise RunDirectoryError(f"run.dir {run_dir}: {existing} is a file, not a folder; choose another run.dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirectoryError(f"run.dir {run_dir}: {existing} is not writable; choose another run.dir")
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """mkdir -p, its failure (a read-only file system, say) one line."""
+    check_run_dir_usable(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirectoryError(f"run.dir {run_dir}: cannot be made ({e.strerror or e}); "
+                                f"choose another run.dir") from None
+
+
 FINETUNE_DIR = "finetune"
 # One JSON line per command sweep.py ran in the run directory, with its CPU time (launch/runs.py
 # writes it, report.py cost adds it up; a run trained over several sittings has a line for each).

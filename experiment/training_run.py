@@ -37,7 +37,8 @@ from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import RunDirectoryError, RunLock, default_run_name, finetune_config
+from .run_directory import (RunDirectoryError, RunLock, check_run_dir_usable, default_run_name, finetune_config,
+                            make_run_dir)
 
 
 def parse_args(argv=None):
@@ -262,6 +263,8 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     keep_freed_host_memory()
     model = initial_model(config, corpus)
     identity = run_identity(config, model, corpus)
+    if resume_ckpt is None and world.is_main:
+        check_run_dir_usable(run_dir)
     if args.dry_run:
         if world.is_main:
             print(config.to_yaml(), end="")
@@ -278,7 +281,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
                                               ckpt_path)
         checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")
     elif world.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_run_dir(run_dir)
         held.enter_context(RunLock(run_dir))
         check_new_run_dir(run_dir)
     return PreparedRun(config, run_dir, device, corpus, model, identity, resume_ckpt)

@@ -189,6 +189,27 @@ def test_a_second_process_is_refused_and_sigkill_leaves_no_stale_lock(small, tmp
     assert [r["epoch"] for r in metrics(run_dir)] == list(range(1, len(metrics(run_dir)) + 1))
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_run_dir_that_cannot_be_a_folder_is_one_line(dry_run, small, tmp_path, capsys, monkeypatch):
+    """A file, a path under a file, a folder that cannot be made: they were tracebacks (exit 1),
+    and --dry-run passed them."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    for run_dir, reason in ((a_file, "a file, not a folder"),
+                            (a_file / "sub", f"{a_file} is a file, not a folder")):
+        assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}", *dry_run]) == 2
+        assert one_line_error(capsys) == f"error: run.dir {run_dir}: {reason}; choose another run.dir"
+    if not dry_run:
+        def read_only(self, *args, **kwargs):
+            raise OSError(30, "Read-only file system")
+        monkeypatch.setattr(Path, "mkdir", read_only)
+        run_dir = tmp_path / "new"
+        assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 2
+        assert one_line_error(capsys) == (f"error: run.dir {run_dir}: cannot be made (Read-only file system); "
+                                          f"choose another run.dir")
+    assert a_file.read_text() == "not a folder"
+
+
 def test_a_reader_that_goes_away_does_not_stop_training(small, tmp_path):
     """`train.py ... | head -2`: the pipe closes after two lines; training goes on to the end
     unheard and saves (it stopped at the next progress line, blaming the run directory, with the
