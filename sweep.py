@@ -39,7 +39,7 @@ from pathlib import Path
 
 from experiment.cli import ArgumentParser, stdout_closed
 from experiment.config import ConfigError, seed_problem
-from experiment.run_directory import FINETUNE_DIR
+from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, check_run_dir_usable
 from launch import LaunchError
 from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
                           tag_of, visible_gpus)
@@ -358,6 +358,10 @@ def main(argv=None) -> int:
                                   f"flags changed since; write the script again (--mode slurm)")
             runs = [runs[args.task]]
         runs = [dataclasses.replace(run, train_processes=args.nproc) for run in runs]
+        try:
+            check_run_dir_usable(out_folder(args), "--out" if args.out else f"{config_path}: out:")
+        except RunDirectoryError as e:
+            raise LaunchError(str(e)) from None
         if args.mode == "slurm":
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only

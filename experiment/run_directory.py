@@ -33,17 +33,18 @@ class RunDirectoryError(Exception):
     """A run directory that cannot be used or written; str(error) is one line."""
 
 
-def check_run_dir_usable(run_dir: Path) -> None:
-    """RunDirectoryError (one line) if `run_dir` cannot be made or written: it is a file, lies
-    under one, or its nearest existing folder is not writable. Checked before --dry-run returns,
-    so that the dry run says what the run would."""
+def check_run_dir_usable(run_dir: Path, name: str = "run.dir") -> None:
+    """RunDirectoryError (one line) if the folder `run_dir` cannot be made or written: it is a
+    file, lies under one, or its nearest existing folder is not writable (`name`: the setting
+    that gave it, for the message). Checked before --dry-run returns, so that the dry run says
+    what the run would."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirectoryError(f"run.dir {run_dir}: a file, not a folder; choose another run.dir")
+        raise RunDirectoryError(f"{name} {run_dir}: a file, not a folder; choose another {name}")
     existing = next(parent for parent in (run_dir, *run_dir.parents) if parent.exists())
     if not existing.is_dir():
-        raise RunDirectoryError(f"run.dir {run_dir}: {existing} is a file, not a folder; choose another run.dir")
+        raise RunDirectoryError(f"{name} {run_dir}: {existing} is a file, not a folder; choose another {name}")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirectoryError(f"run.dir {run_dir}: {existing} is not writable; choose another run.dir")
+        raise RunDirectoryError(f"{name} {run_dir}: {existing} is not writable; choose another {name}")
 
 
 def make_run_dir(run_dir: Path) -> None:

@@ -503,7 +503,10 @@ def claimed(run_dir: Path):
 
 
 def locked_by_another_process(run_dir: Path) -> bool:
-    """Whether a live process (a train.py started by hand) holds the run directory's lock."""
+    """Whether a live process (a train.py started by hand) holds the run directory's lock (not
+    a folder that cannot hold one at all)."""
+    if not run_dir.is_dir():
+        return False
     try:
         with RunLock(run_dir):
             return False

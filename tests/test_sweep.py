@@ -249,6 +249,19 @@ def test_bad_input_is_one_line(overrides, tmp_path, capsys):
         assert message in err and "\n" not in err
 
 
+@pytest.mark.parametrize("mode", [[], ["--dry-run"], ["--group", "2"], ["--mode", "slurm"]])
+def test_an_out_that_cannot_be_a_folder_is_one_line_not_in_progress_elsewhere(mode, overrides, tmp_path, capsys):
+    """--out naming a file (or a path under one) trained nothing, said the runs were "in progress
+    elsewhere" and exited 0."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for out, reason in ((a_file, "a file, not a folder"), (a_file / "sub", f"{a_file} is a file, not a folder")):
+        assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "--out", str(out), *mode]) == 2
+        assert capsys.readouterr().err == f"error: --out {out}: {reason}; choose another --out\n"
+    from launch.runs import locked_by_another_process
+    assert not locked_by_another_process(a_file / "sub")      # no lock could be held there
+
+
 def test_a_run_that_fails_before_training_leaves_no_folder_the_sweep_made(overrides, tmp_path, monkeypatch,
                                                                           capsys):
     """train.py refuses the corpus (a slice of PTB, not allowed here): the sweep fails the run and
