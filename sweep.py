@@ -174,6 +174,17 @@ def parse_args(argv=None):
     args.plan = None                     # loaded in main(), where its errors become one line
     if not Path(args.config).is_file():
         return args                      # main() names the missing file, not a flag it lacks
+    if args.report:
+        # --report trains nothing: a setting of what to train would be silently ignored.
+        training = [name for name, value in (
+            ("--seeds", args.seeds), ("--limit", args.limit is not None), ("--group", args.group != 1),
+            ("--jobs", args.jobs != 1), ("--nproc", args.nproc != 1), ("--task", args.task is not None),
+            ("--mode", args.mode != "local"), ("--train-only", args.train_only),
+            ("--finetune-only", args.finetune_only),
+            (f"override {args.overrides[0]}" if args.overrides else "", args.overrides)) if value]
+        if training:
+            parser.error(f"{training[0]}: --report runs the plan's report commands over the runs in its "
+                         f"folder and trains nothing (report.py's --only chooses runs)")
     if is_plan(Path(args.config)):
         given = [flag for flag, value in (("--grid", args.grid), ("--rank", args.rank),
                                           ("--rank-args", args.rank_args)) if value]
@@ -181,6 +192,8 @@ def parse_args(argv=None):
             parser.error(f"{given[0]}: {args.config} is a plan, which names its own grids and rank options")
     elif args.report:
         parser.error("--report runs a plan's report commands: give a plan file")
+    elif args.rank_args and not args.rank:
+        parser.error("--rank-args belongs to --rank (rank.py runs only with --rank)")
     elif args.rank and (refused := options_refused(rank_analysis(shlex.split(args.rank_args)))):
         parser.error(f"--rank-args: rank.py would refuse them: {refused}")
     elif args.finetune_only or args.train_only:

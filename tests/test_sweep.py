@@ -517,6 +517,8 @@ def test_jobs_runs_n_at_a_time_each_with_its_share_of_the_cores(overrides, tmp_p
     (["--mode", "slurm", "--sbatch=gres=gpu:1"], "--sbatch=gres=gpu:1: expected an sbatch option, e.g. --sbatch=--gres=gpu:1"),
     (["--mode", "slurm", "--sbatch=--array=0-3"], "--sbatch=--array=0-3: the script sets --array itself (the array "
                                                   "from the runs, with --array-limit; the output beside the runs)"),
+    # --rank-args without --rank ran no rank.py, silently
+    (["--rank-args=--contexts 5"], "--rank-args belongs to --rank (rank.py runs only with --rank)"),
     # rank.py's options are checked before the runs train, not after
     (["--rank", "--rank-args=--contxts 5"], "--rank-args: rank.py would refuse them: unrecognized arguments: --contxts 5"),
     # GPU ids as CUDA_VISIBLE_DEVICES takes them, each once (a typo would give a worker no GPU)
@@ -528,6 +530,21 @@ def test_bad_jobs_is_one_line_and_exit_2(argv, message, capsys):
         sweep.main([CONFIG, "--out", "x", *argv])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--seeds", "1"], "--seeds"), (["--limit", "1"], "--limit"), (["--group", "2"], "--group"),
+    (["--jobs", "2"], "--jobs"), (["train.epochs=5"], "override train.epochs=5"), (["--task", "0"], "--task"),
+])
+def test_report_refuses_what_would_choose_runs_to_train(argv, named, capsys):
+    """--report trains nothing: --seeds 1 still pooled every seed, silently."""
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["sweeps/cpu_converged_heads.yaml", "--report", *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"sweep.py: error: {named}: --report runs the plan's report commands over "
+                                       f"the runs in its folder and trains nothing (report.py's --only chooses runs)\n")
+
+
 
 
 @pytest.mark.parametrize("extra", [["--dry-run"], ["--report"], ["--out", "x"]])
