@@ -218,7 +218,7 @@ def inner_sweep_command(args) -> list[str]:
 
 
 def out_folder(args) -> Path:
-    return Path(args.out) if args.out else args.plan.out
+    return Path(args.out).expanduser() if args.out else args.plan.out
 
 
 def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> None:

@@ -148,6 +148,10 @@ class RunConfig:
     ddp_reduce: Literal["ordered", "allreduce"] = "ordered"
 
     def __post_init__(self):
+        if self.dir and self.dir.startswith("~"):
+            # `run.dir=~/runs/x` (quoted, or in a file) would be a folder named "~" here, and
+            # the printed `--resume ~/runs/x` another path once the shell expands it.
+            object.__setattr__(self, "dir", str(Path(self.dir).expanduser()))
         for name in ("max_steps", "checkpoint_every_steps", "log_interval"):
             _positive(name, getattr(self, name))
         if not DEVICE_NAME.fullmatch(self.device):

@@ -101,7 +101,7 @@ def load_plan(path: str | Path) -> Plan:
         raise fail("experiments", "a non-empty list of experiments", experiments)
     reports = tuple(_strings(data.get("report", []), "report", fail))
     keys: set[str] = set()         # every config key of the plan's runs, for the reports' keys
-    plan = Plan(path, data["title"], Path(data["out"]),
+    plan = Plan(path, data["title"], Path(data["out"]).expanduser(),
                 tuple(_experiment(entry, i, data, path, fail, keys) for i, entry in enumerate(experiments)),
                 reports)
     for text in reports:

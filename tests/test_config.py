@@ -97,6 +97,16 @@ def test_errors_in_files_name_the_file(tmp_path):
     assert "cycle" in error_of(loop)
 
 
+def test_a_tilde_in_run_dir_or_a_plans_out_is_the_home_folder(tmp_path):
+    """Quoted (`'run.dir=~/x'`) or written in a file, it made a folder named "~" in the current one."""
+    from launch.plans import load_plan
+    config = load_config("configs/ptb/softmax.yaml", ["run.dir=~/runs/x"])
+    assert config.run.dir == str(Path.home() / "runs" / "x")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("title: t\nout: ~/results/t\nexperiments:\n  - config: configs/ptb/softmax.yaml\n")
+    assert load_plan(plan).out == Path.home() / "results" / "t"
+
+
 def test_resolved_config_round_trips():
     config = load_config(PTB, ["train.lr=7", "run.max_steps=3"])
     assert config_from_dict(config.to_dict()) == config
