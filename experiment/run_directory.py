@@ -70,13 +70,15 @@ def finetune_config(source: Path, overrides: Sequence[str] = ()) -> Config:
     """A trained run's config (SOURCE/config.yaml) made its finetuning ([AWD] finetune.py): start
     from its best weights, average from the first step, stop when the validation loss no longer
     improves (the NT rule), in SOURCE/finetune, at the config's train.finetune_lr where it sets
-    one (MoS's README: 25 on PTB after training at 20); then `overrides`. `train.py --finetune
+    one (MoS's README: 25 on PTB after training at 20), without the trained run's run.max_steps;
+    then `overrides`. `train.py --finetune
     SOURCE` and the sweep's finetuning of a plan's best run both use it. Raises ConfigError."""
     trained = load_config(source / "config.yaml")
     lr = [] if trained.train.finetune_lr is None else [f"train.lr={trained.train.finetune_lr}"]
+    # run.max_steps is the trained run's own stop (a smoke test's), not the finetuning's.
     return load_config(None, [f"train.init_from={source / 'best.pt'}", "train.asgd_trigger=start",
                               "train.early_stop_nonmono=true", *lr, f"run.dir={source / FINETUNE_DIR}",
-                              *overrides], base=trained.to_dict())
+                              "run.max_steps=null", *overrides], base=trained.to_dict())
 
 
 def run_name(dataset: str, config_path: Path, point: Sequence[str], seed: int) -> str:

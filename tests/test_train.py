@@ -591,6 +591,13 @@ def test_finetune_takes_the_trained_configs_finetune_lr(ptb_slice, tmp_path):
     assert train.main(["--finetune", str(source), "train.lr=3", "run.max_steps=1",
                        f"run.dir={tmp_path / 'g'}"]) == 0
     assert load_config(tmp_path / "g" / "config.yaml").train.lr == 3
+    # a step limit of the trained run (a smoke test's) does not cap its finetuning
+    limited = tmp_path / "limited"
+    assert train.main([PTB, f"data.data_dir={ptb_slice}", *TINY, "train.epochs=1", "run.max_steps=2",
+                       f"run.dir={limited}"]) == 0
+    from experiment.run_directory import finetune_config
+    assert finetune_config(limited).run.max_steps is None
+    assert finetune_config(limited, ["run.max_steps=5"]).run.max_steps == 5
     assert train.main([PTB, f"data.data_dir={ptb_slice}", *TINY, "train.finetune_lr=0", "--dry-run"]) == 2
 
 
