@@ -44,7 +44,7 @@ from launch import LaunchError
 from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
                           tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
-from launch.runs import (Experiment, check_corpora, describe, finetune_runs, group_command, parse_grid, pending_commands,
+from launch.runs import (Experiment, check_corpora, check_same_experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
                          options_refused, plan_runs, rank_analysis, trainings_together)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
@@ -385,6 +385,9 @@ def main(argv=None) -> int:
                        *(finetune_runs(runs) if second_stage else ((), ())), group=args.group)
             return 0
         check_corpora([] if args.finetune_only else runs)
+        for run in [] if args.finetune_only else runs:
+            if (run.dir / "last.pt").is_file():
+                check_same_experiment(run)    # --out holds other runs: refused before any run, exit 2
         with PassingOnStopSignals():
             outcomes = {} if args.finetune_only else run_all(args, runs)
             if second_stage:

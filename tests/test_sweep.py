@@ -170,8 +170,12 @@ def test_a_run_directory_of_another_experiment_is_refused(swept, overrides, tmp_
     out = tmp_path / "sweep"
     shutil.copytree(swept[0], out)
     monkeypatch.setattr(launch_runs, "run_command", in_process([]))
-    assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out)]) == 1
-    assert "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in capsys.readouterr().out
+    # bad input, refused before anything runs, as --dry-run refuses it: exit 2 (it was a failed run, 1)
+    for dry_run in ([], ["--dry-run"]):
+        assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out), *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+        assert "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in err
 
 
 def test_a_run_made_before_a_config_key_existed_is_the_same_experiment(swept, overrides, tmp_path,
