@@ -375,8 +375,10 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
             continue
         if f.name not in values:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                # blamed on what chose the section (for a head, whatever set head.name)
-                source = origin.get(f"{section}.name", origin.get(section, "config"))
+                # blamed on what chose the head (whatever set head.name); another section's
+                # key on the config file named (not on the last override that touched the section)
+                source = (origin.get(f"{section}.name", origin.get(section, "config")) if owner
+                          else origin.get("", "config"))
                 raise ConfigError(f"{source}: missing required key {section}.{f.name}"
                                   f"{' of ' + owner if owner else ''} ({_type_name(hints[f.name])})")
             continue
@@ -427,6 +429,7 @@ def load_config(path: str | Path | None, overrides: list[str] = (), base: dict |
         _merge(raw, base, origin, "saved run config")
     if path is not None:
         _merge(raw, _load_file(Path(path), origin), origin, str(path))
+        origin[""] = str(path)             # the config as a whole: what a missing key is blamed on
     for text in overrides:
         _apply_override(raw, text, origin)
     return _resolve(raw, origin)

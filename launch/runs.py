@@ -183,7 +183,7 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
             raise LaunchError(f"override {key}: the sweep sets it (use --seeds and --out)")
     for key, _ in experiment.grid:
         if key in keys:
-            raise LaunchError(f"--grid {key}: also given as an override; keep one")
+            raise LaunchError(f"grid key {key} (--grid, or a plan's grid:): also given as an override; keep one")
     own = load_config(config_path, overrides).train.seed if (not seeds or "config" in seeds) else None
     # --seeds config 1 2: `config` is the config's own seed, as in a plan's seeds
     seeds = [own if s == "config" else s for s in seeds] if seeds else experiment.seeds or [own]

@@ -87,7 +87,14 @@ def test_errors_in_files_name_the_file(tmp_path):
     assert str(bad) in message and "train.bptt: expected an integer, got 'fast'" in message
     missing = tmp_path / "missing.yaml"
     missing.write_text("base: base.yaml\nhead: {name: softmax}\ntrain: {lr: 1, batch_size: 2, seed: 1}\n")
-    assert "missing required key train.epochs" in error_of(missing)
+    assert f"{missing}: missing required key train.epochs" in error_of(missing)
+    # an empty file: the file is named, not "config", nor the last override that touched the section
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    for overrides in ([], ["data.data_dir=/x"]):
+        with pytest.raises(ConfigError) as raised:
+            load_config(empty, overrides)
+        assert str(raised.value) == f"{empty}: missing required key data.dataset (one of 'ptb', 'wikitext-2')"
     assert "config file not found" in error_of(tmp_path / "nope.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("train: [1, 2\n")
