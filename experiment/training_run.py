@@ -200,6 +200,9 @@ def check_world_size(ckpt: dict, world: World, path: Path) -> None:
 
 
 def load_initial_weights(model, path: str, corpus) -> None:
+    if Path(path).is_dir():
+        raise CheckpointError(f"train.init_from: {path} is a folder; give a checkpoint file, e.g. "
+                              f"{Path(path) / 'best.pt'}")
     try:
         init = checkpoint.load(path)
         checkpoint.check_vocabulary(init, corpus, path)

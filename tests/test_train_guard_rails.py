@@ -618,6 +618,10 @@ def test_every_command_that_reads_a_checkpoint_says_a_text_file_is_none(small, s
         assert err.startswith("error: train.init_from: ") == (name == "train.init_from"), err
     assert train.main(["--finetune", str(text)]) == 2          # it takes a run directory
     assert f"--finetune {text}: not a run directory" in one_line_error(capsys)
+    # and train.init_from a checkpoint, which a run directory given there is pointed to
+    assert train.main([PTB, *small, f"train.init_from={stopped_early}", f"run.dir={tmp_path / 'init2'}"]) == 2
+    assert one_line_error(capsys) == (f"error: train.init_from: {stopped_early} is a folder; give a checkpoint "
+                                      f"file, e.g. {stopped_early / 'best.pt'}")
 
 
 def test_a_run_stopped_before_its_first_validation_points_to_its_last_pt(stopped_early, tmp_path,
