@@ -144,6 +144,9 @@ def _reason(error: BaseException) -> str:
     return lines[0][:200] if lines else type(error).__name__
 
 
+LOCK_COMMAND_CHARS = 2000      # of the holder's command line, kept in the lock file for the message
+
+
 class RunLock:
     """Exclusive use of a run directory for the life of this object (or of the process).
 
@@ -167,7 +170,7 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+            holder = os.pread(fd, 4 * LOCK_COMMAND_CHARS + 64, 0).decode("utf-8", "replace").strip()
             os.close(fd)
             by = f"PID {holder}" if holder else "another process (it has not written its PID yet)"
             raise RunDirectoryError(f"{self.run_dir} is in use by {by}; one process at a "
@@ -179,7 +182,9 @@ class RunLock:
                                     f"e.g. a local disk or NFSv4") from None
         try:   # who holds the lock, for the message of a second process; the lock does not need it
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} ({' '.join(sys.argv)[:300]})\n".encode("utf-8"), 0)
+            command = " ".join(sys.argv)          # whole, so that its run.dir is in it
+            shown = command if len(command) <= LOCK_COMMAND_CHARS else command[:LOCK_COMMAND_CHARS] + " ..."
+            os.pwrite(fd, f"{os.getpid()} ({shown})\n".encode("utf-8"), 0)
         except OSError:
             pass
         self.fd = fd

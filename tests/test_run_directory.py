@@ -23,8 +23,8 @@ HOLDER = ("import sys, time; from experiment.run_directory import RunLock; "
           "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)")
 
 
-def hold_lock(run_dir: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE,
+def hold_lock(run_dir: Path, *extra: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), *extra], stdout=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parent.parent)
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -38,6 +38,19 @@ def test_a_second_holder_is_refused_naming_the_directory_and_the_pid(tmp_path):
         message = str(info.value)
         assert message.startswith(f"{tmp_path} is in use by PID {holder.pid} ")
         assert "\n" not in message
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_holders_command_is_named_whole_up_to_its_run_dir(tmp_path):
+    """A long command (a group's configs and overrides) was cut at 300 characters, its run.dir lost."""
+    long = [f"train.lr={i}" for i in range(60)] + [f"run.dir={tmp_path}/the-end"]
+    holder = hold_lock(tmp_path, *long)
+    try:
+        with pytest.raises(RunDirectoryError) as info:
+            RunLock(tmp_path).acquire()
+        assert f"run.dir={tmp_path}/the-end)" in str(info.value) and "\n" not in str(info.value)
     finally:
         holder.kill()
         holder.wait()
