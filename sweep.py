@@ -343,7 +343,8 @@ def main(argv=None) -> int:
     config_path = Path(args.config)
     try:
         if not config_path.is_file():
-            raise LaunchError(f"{config_path}: config file not found (expected a plan, e.g. "
+            what = "a folder, not a file" if config_path.is_dir() else "config file not found"
+            raise LaunchError(f"{config_path}: {what} (expected a plan, e.g. "
                               f"sweeps/cpu_seven_heads.yaml, or a config with --out)")
         if is_plan(config_path):
             args.plan = load_plan(config_path)

@@ -558,6 +558,10 @@ def test_a_plan_or_config_that_does_not_exist_is_named(extra, capsys):
     assert capsys.readouterr().err == (
         "error: sweeps/no_such_plan.yaml: config file not found (expected a plan, e.g. "
         "sweeps/cpu_seven_heads.yaml, or a config with --out)\n")
+    assert sweep.main(["sweeps", *extra]) == 2                 # the plans' folder
+    assert capsys.readouterr().err == (
+        "error: sweeps: a folder, not a file (expected a plan, e.g. sweeps/cpu_seven_heads.yaml, or a "
+        "config with --out)\n")
 
 
 def test_jobs_trains_and_evaluates_for_real(overrides, tmp_path):
