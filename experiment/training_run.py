@@ -83,6 +83,11 @@ def parse_args(argv=None):
         parser.error("--group-step belongs to --group")
     if args.data_dir:
         args.overrides.append(f"data.data_dir={args.data_dir}")
+    configs = [text for text in args.overrides if "=" not in text]
+    if not (args.config or args.resume or args.finetune) and configs:
+        # `train.py run.max_steps=3 configs/x.yaml`: an override before the config file
+        parser.error(f"{configs[0]}: the config file comes before the overrides "
+                     f"(train.py {configs[0]} key=value ...)")
     if sum(map(bool, (args.config, args.resume, args.finetune))) != 1:
         parser.error("give one of: a config file, --resume RUN_DIR, --finetune RUN_DIR, --group RUN ...")
     return args

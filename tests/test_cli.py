@@ -32,6 +32,10 @@ REPO = Path(__file__).resolve().parent.parent
     (report.main, ["table", "results/cpu_ptb"],
      "report.py table: error: the following arguments are required: --out"),
     (train.main, ["configs/ptb/softmax.yaml", "--bogus"], "train.py: error: unrecognized arguments: --bogus"),
+    # an override before the config file was "give one of: a config file, ..."
+    (train.main, ["run.max_steps=3", "configs/ptb/softmax.yaml"],
+     "train.py: error: configs/ptb/softmax.yaml: the config file comes before the overrides "
+     "(train.py configs/ptb/softmax.yaml key=value ...)"),
     (evaluate.main, [], "evaluate.py: error: the following arguments are required: path"),
     (generate.main, ["runs/x", "--words"], "generate.py: error: argument --words: expected one argument"),
     (synthetic.main, ["--words", "1"], "synthetic.py: error: argument --words: expected an integer >= 2, got '1'"),
