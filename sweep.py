@@ -118,10 +118,11 @@ def parse_args(argv=None):
     if args.seeds:
         # `--seeds 1 2 key=value` would swallow the override: give it back to the overrides.
         args.overrides += [s for s in args.seeds if "=" in s]
-        try:
-            args.seeds = [s if s == "config" else int(s) for s in args.seeds if "=" not in s]
-        except ValueError as e:
-            parser.error(f"--seeds: expected integers or config, the config's own seed ({e})")
+        given = [s for s in args.seeds if "=" not in s]
+        bad = [s for s in given if s != "config" and not s.lstrip("-").isdigit()]
+        if bad:
+            parser.error(f"--seeds: expected integers or config, the config's own seed, got {bad[0]!r}")
+        args.seeds = [s if s == "config" else int(s) for s in given]
         for seed in args.seeds:
             if seed != "config" and (problem := seed_problem(seed)):
                 parser.error(f"--seeds: {problem}")
@@ -314,7 +315,7 @@ def write_slurm(args, runs) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"sweep-{Path(args.config).stem}.sbatch"
     path.write_text(script, encoding="utf-8")
-    print(f"wrote {path} ({len(runs)} array tasks)")
+    print(f"wrote {path} ({len(runs)} array task{'' if len(runs) == 1 else 's'})")
     if args.submit:
         try:
             proc = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
