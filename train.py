@@ -410,8 +410,10 @@ def train_runs(trainers: list[Trainer], take_step, on_end=None) -> dict[Trainer,
                     leave(t, result)
                 elif result is not None:
                     t.after_step(result)
-            # A signal stops every run after the same step: each run's own update reads it, and a
-            # signal that comes between two runs' updates would otherwise let the first step once more.
+            # A signal stops every run after this round of steps: each run's own update reads it,
+            # and a signal that comes between two runs' updates would otherwise let the first step
+            # once more. (Side by side on a CPU, with train.steps_ahead, a round holds each member's
+            # own steps, so the members may stop a few steps apart; each resumes from its own.)
             received = next((t.stop_signal for t in running if t.stop_signal), None)
             for t in running:
                 t.stop_signal = t.stop_signal or received
