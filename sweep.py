@@ -31,6 +31,7 @@ PLAN --finetune-only` afterwards runs the second).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shlex
 import subprocess
@@ -114,6 +115,15 @@ def parse_args(argv=None):
                         help="a plan: only its finetune_best stage, for the experiments whose runs "
                              "are all trained and evaluated (after a Slurm array, say)")
     parser.add_argument("--dry-run", action="store_true", help="print the planned commands, run nothing")
+    words = sys.argv[1:] if argv is None else list(argv)
+    if "--seeds" in words:
+        # `--seeds 1 2 configs/x.yaml`: the seeds take every word up to the next option, the
+        # config file too, and argparse would ask for the config that was given.
+        after = list(itertools.takewhile(lambda w: not w.startswith("-"), words[words.index("--seeds") + 1:]))
+        files = [w for w in after if w.endswith((".yaml", ".yml"))]
+        if files:
+            parser.error(f"--seeds took {files[0]} as a seed: give the config or plan first "
+                         f"(sweep.py {files[0]} --seeds ...)")
     args = parser.parse_intermixed_args(argv)
     if args.seeds:
         # `--seeds 1 2 key=value` would swallow the override: give it back to the overrides.

@@ -45,6 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
      "generate.py: error: argument --seed: expected an integer in [0, 2**63 - 1], got 99999999999999999999"),
     (rank.main, ["runs/x", "--robustness", "--seed", "-1"],
      "rank.py: error: argument --seed: expected an integer in [0, 2**63 - 1], got -1"),
+    (sweep.main, ["--seeds", "1", "2", "configs/ptb/softmax.yaml", "--out", "x"],
+     "sweep.py: error: --seeds took configs/ptb/softmax.yaml as a seed: give the config or plan first "
+     "(sweep.py configs/ptb/softmax.yaml --seeds ...)"),
     (sweep.main, ["configs/ptb/softmax.yaml", "--out", "x", "--seeds", "1", "abc"],
      "sweep.py: error: --seeds: expected integers or config, the config's own seed, got 'abc'"),
     (sweep.main, ["configs/ptb/softmax.yaml", "--out", "x", "--seeds", "1", str(2**63)],
