@@ -541,9 +541,6 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
     config, run_dir = run.config, run.run_dir
     if world.is_main:
         report_start(run, world, trainer.progress, count_parameters(trainer.model))
-        if run.resume_ckpt is None and config.train.init_from:
-            print(f"starting weights ({config.train.init_from}): valid ppl "
-                  f"{math.exp(trainer.progress.best_val):.2f}, in best.pt until an epoch beats them")
     if config.run.tensorboard and world.is_main:
         trainer.run_log.open_tensorboard(trainer.progress.step)
     try:

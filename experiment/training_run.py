@@ -364,7 +364,8 @@ def non_finite_message(loss: float, grad_norm: float, progress: TrainingProgress
 
 
 def report_start(run: PreparedRun, world: World, progress: TrainingProgress, params: int) -> None:
-    """Rank 0's first line: the run, its model and device, and where a resumed run continues."""
+    """Rank 0's first line: the run, its model and device, and where a resumed run continues;
+    a finetuning's starting weights (validated before the first step) on the next."""
     config, run_dir, device = run.config, run.run_dir, run.device
     warn_if_cpu_by_default(config, device, params)
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
@@ -373,6 +374,9 @@ def report_start(run: PreparedRun, world: World, progress: TrainingProgress, par
           + ("" if run.resume_ckpt is None else
              f" | resumed: finished after epoch {progress.epoch - 1}, step {progress.step}" if progress.finished else
              f" | resumed at epoch {progress.epoch}, step {progress.step}"), flush=True)
+    if run.resume_ckpt is None and config.train.init_from:
+        print(f"starting weights ({config.train.init_from}): valid ppl "
+              f"{math.exp(progress.best_val):.2f}, in best.pt until an epoch beats them", flush=True)
 
 
 def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: Path) -> str:

@@ -13,6 +13,7 @@ difference of maths; at lr 5 the same change stays at 1e-15.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import shutil
@@ -500,6 +501,17 @@ def test_a_member_that_ends_first_says_so_as_it_leaves(tiny, tmp_path, monkeypat
         assert ended["step"] == last(run_dir)["progress"]["step"]
     out = capsys.readouterr().out
     assert out.index(f"{short}: done:") < out.index(f"{longer}: done:")
+
+
+def test_a_finetuning_member_says_its_starting_weights_as_a_solo_finetuning_does(tiny_run, tmp_path, capsys):
+    """Each finetuning member prints the line its solo run prints: the loaded weights' validation
+    perplexity, which stays in its best.pt until an epoch beats it."""
+    start = math.exp(torch.load(tiny_run / "best.pt", weights_only=True)["val_loss"])
+    dirs = [tmp_path / "ft1", tmp_path / "ft2"]
+    assert train.main(["--group", *[f"--finetune {tiny_run} train.epochs=1 train.seed={seed} run.dir={d}"
+                                    for seed, d in enumerate(dirs, 1)], "--group-step", "solo"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"starting weights ({tiny_run / 'best.pt'}): valid ppl {start:.2f}") == 2
 
 
 def test_a_member_that_diverges_leaves_and_the_others_go_on(tiny, tmp_path, capsys):
