@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -408,6 +409,12 @@ def test_members_stepping_ahead_side_by_side_stop_and_resume_as_their_solo_runs(
         steps.append(self.run_dir)
         if self.run_dir == dirs[1] and steps.count(dirs[1]) == 45:
             os.kill(os.getpid(), signal.SIGTERM)
+            # Python runs the handler in the main thread when it next gets the interpreter: on a
+            # loaded machine a worker could finish more steps first. The signal is to arrive
+            # during this step, so the step waits until it has (what the test checks is the stop).
+            waited = time.monotonic()
+            while self.signals.received is None and time.monotonic() - waited < 30:
+                time.sleep(0.001)
         return real_step(self)
     monkeypatch.setattr(experiment.group.SideBySide, "__call__", meet)
     monkeypatch.setattr(train.Trainer, "train_step", step)
