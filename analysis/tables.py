@@ -347,10 +347,14 @@ def same_setting(row: Row, other: Row) -> bool:
 
 def baseline_row(rows: Sequence[Row], row: Row, baseline: str, by_label: bool = False) -> Row | None:
     """The one row of `row`'s dataset with the baseline head at the same setting (or, `by_label`,
-    the paper's row of that name); None if there is not exactly one."""
+    the paper's row of that name, whatever its setting: [SB] Table 5 sets MoS at d = 280 against
+    Softmax at 340; where runs split that row by other keys, the part at `row`'s setting); None
+    if there is not exactly one."""
     if by_label:
         candidates = [r for r in rows if r.dataset == row.dataset and r.published is not None
-                      and r.label == baseline]
+                      and r.published.label == baseline]
+        if len(candidates) > 1:                  # e.g. Softmax's runs at several d
+            candidates = [r for r in candidates if same_setting(row, r)]
     else:
         candidates = [r for r in rows if r.dataset == row.dataset and r.head == baseline
                       and same_setting(row, r)]
@@ -481,7 +485,7 @@ class Table:
             if any(value is not None for value in paper):
                 header.append(f"[SB] {title}")
                 for line, row, value in zip(cells, rows, paper):
-                    is_baseline = name == "p_value" and row.published and row.label == self.baseline
+                    is_baseline = name == "p_value" and row.published and row.published.label == self.baseline
                     line.append("N/A" if is_baseline else "—" if value is None else column.paper(value))
         return header, cells
 

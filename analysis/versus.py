@@ -36,6 +36,13 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     if any(r.group[0] is None for r in results):
         bad = next(r.dir for r in results if r.group[0] is None)
         raise AnalysisError(f"--key {key}: {bad}'s config.yaml has no {key}")
+    corpora = list(dict.fromkeys(r.dataset for r in results))
+    if len(corpora) > 1:
+        # One line per head and value: runs of two corpora would overwrite each other's cells.
+        other = next(r.dir for r in results if r.dataset == corpora[1])
+        raise AnalysisError(f"versus sets runs of one corpus against {key}; these are of "
+                            f"{' and '.join(corpora)} (e.g. {other} is {corpora[1]}): give one "
+                            f"corpus's runs, or choose with --only data.dataset={corpora[0]}")
     rows = [row for row in group_rows(results, [key], unlike="refuse") if row.values("test_ppl")]
     if not rows:
         raise AnalysisError("no run has a test perplexity yet (eval_best.json)")

@@ -139,6 +139,33 @@ def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
     assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
 
 
+def test_table2_compares_each_row_with_softmax_at_its_own_d(tmp_path):
+    """The converged study's runs at three d: Softmax's rows were labelled "Softmax (model.emsize=16,
+    ...)", the paper's baseline matched none of them by name, and every comparison went silently."""
+    root = tmp_path / "runs"
+    runs = {("softmax", 16): [160.0, 161.0], ("softmax", 32): [120.0, 121.0], ("ss", 32): [117.0, 118.0, 117.5],
+            ("mos", 16): [157.0, 158.0]}
+    for (head, d), ppls in runs.items():
+        for seed, ppl in enumerate(ppls, 1):
+            fake_run(root, f"{head}-{d}-{seed}", "ptb", head, seed, test_ppl=ppl, press_rank=d + 2,
+                     config={"train": {"asgd_trigger": "et"}, "model": {"emsize": d, "nhidlast": d}})
+    assert report.main(["table", str(root), "--paper", "table2", "--out", str(tmp_path / "t2")]) == 0
+    markdown = (tmp_path / "t2.md").read_text()
+    header = table_line(markdown, "Model")
+    rows = {label: dict(zip(header, table_line(markdown, label))) for label in (
+        "Softmax (model.emsize=16, model.nhidlast=16)", "Softmax (model.emsize=32, model.nhidlast=32)",
+        "SS", "MoS")}
+    for label, softmax in (("SS", [120.0, 121.0]), ("MoS", [160.0, 161.0])):
+        own = runs["ss", 32] if label == "SS" else runs["mos", 16]
+        assert rows[label]["p-value (vs Softmax)"] == f"{stats.ttest_ind(own, softmax).pvalue:.2e}", label
+        change = 100 * math.expm1(np.mean(np.log(own)) - np.mean(np.log(softmax)))
+        assert rows[label]["Test ppl vs Softmax: % [95% CI], p"].startswith(f"{change:+.1f}%"), label
+    for label in ("Softmax (model.emsize=16, model.nhidlast=16)", "Softmax (model.emsize=32, model.nhidlast=32)"):
+        assert rows[label]["Test ppl vs Softmax: % [95% CI], p"] == "baseline"
+        assert rows[label]["[SB] p-value (vs Softmax)"] == "N/A"
+    assert "each row against Softmax at a common epoch" in markdown
+
+
 def test_a_paper_table_says_when_its_runs_read_another_corpus(tmp_path, capsys):
     """[SB]'s columns and p-values beside runs evaluated on a slice of PTB: said before the
     numbers, and on stderr."""

@@ -293,6 +293,27 @@ def test_runs_of_other_configurations_are_separate_rows_not_seeds(tmp_path, caps
     assert not (tmp_path / "v.md").exists()
 
 
+def test_versus_refuses_runs_of_two_corpora_in_one_line(tmp_path, capsys):
+    """A newcomer's WikiText-2 Softmax run replaced PTB's three seeds in versus's cells (one cell
+    per head and value) and MoS read -88% against it: runs of two corpora are refused."""
+    root = tmp_path / "runs"
+    for seed, ppl in enumerate((162.0, 163.0), 1):
+        sized_run(root, f"ptb-softmax-{seed}", "softmax", seed, 16, ppl, 180_000)
+        sized_run(root, f"ptb-mos-{seed}", "mos", seed, 16, ppl - 4, 180_000)
+    wikitext = make_run(root, "wt2-softmax", "softmax", 1, test_ppl=1313.0, dataset="wikitext-2")
+    config = yaml.safe_load((wikitext / "config.yaml").read_text())
+    config["model"], config["train"]["lr"] = {"emsize": 16, "nhidlast": 16}, 20.0
+    (wikitext / "config.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "v"
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "ptb and wikitext-2" in err and str(wikitext) in err, err
+    assert "--only data.dataset=ptb" in err and not (tmp_path / "v.md").exists()
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--only", "data.dataset=ptb",
+                        "--out", str(out)]) == 0
+    assert "| Softmax | 162.50 ± 0.71 (n = 2) |" in (tmp_path / "v.md").read_text()
+
+
 def test_a_row_of_one_run_has_its_value_and_no_interval(tmp_path):
     """n = 1: the value, no spread and no interval, in the table and against a row of three."""
     root = tmp_path / "runs"
