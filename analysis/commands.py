@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -72,6 +73,16 @@ def table(args, run_dirs) -> str:
                             f"{paper_baseline}; leave --baseline out")
     if args.baseline is not None and args.baseline not in HEADS:
         raise AnalysisError(f"--baseline {args.baseline}: expected a head's name ({', '.join(HEADS)})")
+    heads = run_values(run_dirs, "head.name")
+    if args.baseline is not None and args.baseline not in heads:
+        raise AnalysisError(f"--baseline {args.baseline}: no run here has this head (their heads: "
+                            f"{', '.join(sorted(heads))})")
+    seeds = run_values(run_dirs, "train.seed")
+    absent = [seed for seed in args.exclude_from_t_test if seed not in seeds]
+    if absent:       # a plan trained with --limit may lack the authors' seed: said, not refused
+        print(f"note: --exclude-from-t-test: no run here has seed {', '.join(map(str, absent))}, "
+              f"so nothing is left out for it (the runs' seeds: {', '.join(map(str, sorted(seeds)))})",
+              file=sys.stderr)
     return write_table(run_dirs, Path(args.out), args.group_by, args.baseline or "softmax",
                        args.exclude_from_t_test, args.paper)
 
@@ -386,9 +397,24 @@ def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
     return run_dirs
 
 
+def run_values(run_dirs: list[Path], key: str) -> set:
+    """The values `key` has in the runs' config.yaml files (None left out)."""
+    return {value for value in (config_value(read_run_config(d), key) for d in run_dirs) if value is not None}
+
+
+def check_group_by(run_dirs: list[Path], keys: list[str]) -> None:
+    """A --group-by key that no run has would split nothing, silently: a typo is refused."""
+    for key in keys:
+        if not run_values(run_dirs, key):
+            raise AnalysisError(f"--group-by {key}: no run's config.yaml has this key (a config key, "
+                                f"e.g. model.emsize)")
+
+
 def run(args) -> str:
     """Do the command; what to print."""
     command = COMMANDS[args.command]
     if not command.reads_runs:
         return command.run(args)
-    return command.run(args, select_runs(find_run_dirs(args.runs), args.only))
+    run_dirs = select_runs(find_run_dirs(args.runs), args.only)
+    check_group_by(run_dirs, getattr(args, "group_by", []))
+    return command.run(args, run_dirs)

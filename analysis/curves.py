@@ -37,14 +37,15 @@ def switch_epoch(records: Sequence[dict]) -> int | None:
     return None
 
 
-def row_curve(row: Row) -> Curve:
+def row_curve(row: Row, with_dataset: bool = False) -> Curve:
     histories = [read_metrics(run.dir) for run in row.runs]
     common = min(len(h) for h in histories)
     if common == 0:
         raise AnalysisError(f"{row.runs[0].dir}: no metrics.jsonl records (no epoch finished)")
     ppl = np.array([[record["val_ppl"] for record in h[:common]] for h in histories])
     switches = [s for s in (switch_epoch(h) for h in histories) if s is not None]
-    return Curve(row.label, np.arange(1, common + 1), ppl.mean(axis=0), ppl.min(axis=0), ppl.max(axis=0),
+    label = f"{row.label}, {row.dataset}" if with_dataset else row.label
+    return Curve(label, np.arange(1, common + 1), ppl.mean(axis=0), ppl.min(axis=0), ppl.max(axis=0),
                  len(histories), switches)
 
 
@@ -73,8 +74,9 @@ def plot_curves(curves: Sequence[Curve], path: Path, title: str) -> None:
 def write_curves(run_dirs: Sequence[Path], out_prefix: Path, group_by: Sequence[str] = ()) -> str:
     """PREFIX.png (the figure) and PREFIX.md (the numbers); returns the Markdown."""
     rows = group_rows([read_run(d, group_by) for d in run_dirs], group_by)
-    curves = [row_curve(row) for row in rows]
     datasets = sorted({row.dataset for row in rows})
+    # Runs of two corpora: each label says its corpus (two columns read "Softmax" otherwise).
+    curves = [row_curve(row, with_dataset=len(datasets) > 1) for row in rows]
     title = f"Validation perplexity by epoch ({', '.join(datasets)})"
     plot_curves(curves, prefixed(out_prefix, ".png"), title)
     longest = max(len(c.epochs) for c in curves)

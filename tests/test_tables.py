@@ -314,6 +314,40 @@ def test_versus_refuses_runs_of_two_corpora_in_one_line(tmp_path, capsys):
     assert "| Softmax | 162.50 ± 0.71 (n = 2) |" in (tmp_path / "v.md").read_text()
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["table", "--group-by", "head.tua"], "error: --group-by head.tua: no run's config.yaml has this key"),
+    (["curves", "--group-by", "model.emsze"], "error: --group-by model.emsze: no run's config.yaml has this key"),
+    (["table", "--baseline", "mos"], "error: --baseline mos: no run here has this head (their heads: softmax, ss)"),
+])
+def test_report_options_that_would_change_nothing_are_refused_in_one_line(argv, expected, runs, tmp_path, capsys):
+    """A newcomer's typo'd --group-by key, and a --baseline head with no runs, each gave the plain
+    table (or a column of dashes) and exit 0."""
+    out = tmp_path / "r"
+    assert report.main([argv[0], str(runs), *argv[1:], "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(expected) and "\n" not in err, err
+    assert not list(tmp_path.glob("r.*"))
+
+
+def test_an_excluded_seed_that_no_run_has_is_said(runs, tmp_path, capsys):
+    assert report.main(["table", str(runs), "--exclude-from-t-test", "99", "2", "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert "note: --exclude-from-t-test: no run here has seed 99, so nothing is left out for it" in err
+    assert "(the runs' seeds: 1, 2, 3, 4)" in err and "seed 2" not in err
+
+
+def test_curves_of_two_corpora_name_each_columns_corpus(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "ptb-softmax", "softmax", 1)
+    make_run(root, "wt2-softmax", "softmax", 1, dataset="wikitext-2")
+    assert report.main(["curves", str(root), "--out", str(tmp_path / "c")]) == 0
+    header = (tmp_path / "c.md").read_text().split("\n| epoch |")[1].split("\n")[0]
+    assert header == " Softmax, ptb (n = 1) | Softmax, wikitext-2 (n = 1) |", header
+    make_run(tmp_path / "one", "ptb-softmax", "softmax", 1)
+    assert report.main(["curves", str(tmp_path / "one"), "--out", str(tmp_path / "c1")]) == 0
+    assert "| epoch | Softmax (n = 1) |" in (tmp_path / "c1.md").read_text()
+
+
 def test_a_row_of_one_run_has_its_value_and_no_interval(tmp_path):
     """n = 1: the value, no spread and no interval, in the table and against a row of three."""
     root = tmp_path / "runs"
