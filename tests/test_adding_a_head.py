@@ -34,7 +34,9 @@ def follow_recipe(root: Path) -> None:
         if target == "model/heads/__init__.py":
             registry_lines = code.splitlines()[1:3]
         else:
-            assert not (root / target).exists(), target
+            assert not (root / target).exists(), (
+                f"{target} is already in this checkout: the recipe's example head is named "
+                f"temperature; give your own head another name (docs/heads.md, Adding a head)")
             (root / target).write_text(code, encoding="utf-8")
     registry = root / "model/heads/__init__.py"
     lines = registry.read_text(encoding="utf-8").splitlines(keepends=True)
