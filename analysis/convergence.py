@@ -60,7 +60,10 @@ def read_convergence(run_dir: Path, window: int, gain: float) -> Convergence:
 
 def verdict(c: Convergence, window: int, gain: float) -> str:
     if math.isnan(c.gain) and not c.stopped_early:
-        return f"not yet: {c.epochs} epochs, fewer than {window + 1}"
+        trained = f"{c.epochs} epoch{'s' * (c.epochs != 1)}"
+        if c.planned is not None and c.epochs >= c.planned:      # finished: its schedule was short
+            return f"cannot tell: {trained}, all it planned, fewer than the {window + 1} the rule reads"
+        return f"not yet: {trained}, fewer than {window + 1}"
     if not math.isnan(c.gain) and c.gain < gain:
         stopped = f" (its early stop ended it after epoch {c.epochs})" if c.stopped_early else ""
         return f"yes: under {gain:.0%} over the last {window} epochs{stopped}"

@@ -44,6 +44,7 @@ def test_convergence_says_for_each_run_whether_and_why(tmp_path, capsys):
              early_stop=True)
     make_run(runs, "training", "ss", [400, 300, 200, 150, 140, 130, 120], 3, 40)
     make_run(runs, "young", "moc", [400, 300], 3, 40)
+    make_run(runs, "short", "softmax", [400], 3, 1, seed=3)         # a one-epoch smoke run, finished
     out = tmp_path / "report" / "convergence"
     assert report.main(["convergence", str(runs), "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -59,6 +60,7 @@ def test_convergence_says_for_each_run_whether_and_why(tmp_path, capsys):
     assert "| MoS | 32 | 2 | 9 of 9 | 4 | 100.00 (9) |" in text and "no: 9 epochs trained, still improving" in text
     assert "yes: the early-stop rule ended it after epoch 6" in text
     assert "not yet (training)" in text and "not yet: 2 epochs, fewer than 6" in text
+    assert "| 1 of 1 | - | 400.00 (1) | - | cannot tell: 1 epoch, all it planned, fewer than the 6 the rule reads |" in text
     assert (tmp_path / "report" / "convergence.md").read_text() == text.rstrip("\n") + "\n"
     # a wider tolerance: the falling run still has not converged, the training one has not either
     assert report.main(["convergence", str(runs), "--out", str(out), "--gain", "0.05", "--window", "2"]) == 0
