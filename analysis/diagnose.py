@@ -42,7 +42,7 @@ from data.batching import batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import make_optimizer
 from experiment.config import Config, load_config
-from experiment.loading import TrainedModel, initial_model, load_trained
+from experiment.loading import TrainedModel, check_named_data_dir, initial_model, load_trained
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
@@ -202,6 +202,7 @@ def diagnose_run(run_dir: Path, measurements: Sequence[str], steps: int, every: 
         config, corpus = trained.config, trained.corpus
     else:
         config = run_config(run_dir)
+        check_named_data_dir(data_dir, config.data.dataset)
         corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,
                              allow_modified=config.data.allow_modified_corpus)
     found = Diagnosis(run_dir, config.data.dataset, config.head_name, config.model.emsize, config.train.seed)

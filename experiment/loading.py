@@ -206,6 +206,17 @@ def describe_weights(w: dict) -> str:
     return f"{where}, raw" + (" (not the ASGD averages validation uses)" if w["asgd"] else "")
 
 
+def check_named_data_dir(data_dir: str | None, dataset: str) -> None:
+    """A --data-dir the user named that lacks the corpus is a typo or the wrong folder: said in
+    one line, rather than downloaded into (downloading is for the run's own data dir)."""
+    if data_dir is None:
+        return
+    missing = missing_split_files(Path(data_dir).expanduser() / dataset)
+    if missing:
+        raise DataError(f"--data-dir {data_dir}: no {missing[0].name} in {missing[0].parent}: give "
+                        f"the folder that holds {dataset}/, or leave --data-dir out for the run's own")
+
+
 def load_trained(path: str | Path, device: torch.device, data_dir: str | None = None,
                  name: str = "best.pt", allow_modified_corpus: bool | None = None) -> TrainedModel:
     """Load a run directory's `name` checkpoint (or a checkpoint file) with its corpus and model,
@@ -217,14 +228,7 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
     ckpt_path = checkpoint.existing_checkpoint(path, name)
     ckpt = checkpoint.load(ckpt_path, map_location="cpu")
     config = config_from_dict(ckpt["config"], source=str(ckpt_path))
-    if data_dir is not None:
-        # A folder the user named that lacks the corpus is a typo or the wrong folder: say so,
-        # rather than download the corpus into it (downloading is for the run's own data dir).
-        missing = missing_split_files(Path(data_dir).expanduser() / config.data.dataset)
-        if missing:
-            raise DataError(f"--data-dir {data_dir}: no {missing[0].name} in {missing[0].parent}: give "
-                            f"the folder that holds {config.data.dataset}/, or leave --data-dir out "
-                            f"for the run's own")
+    check_named_data_dir(data_dir, config.data.dataset)
     corpus = load_corpus(config.data.dataset, data_dir or config.data.data_dir,
                          allow_modified=config.data.allow_modified_corpus or bool(allow_modified_corpus),
                          allowed_by=None if allow_modified_corpus is None else "give --allow-modified-corpus")

@@ -170,3 +170,15 @@ def test_plans_may_call_diagnose():
     assert commands.check(["diagnose", "runs/x", "--measure", "spread", "slopes", "--out", "r/d"]) is None
     assert commands.check(["diagnose", "runs/x", "--steps", "0"]).endswith(
         "argument --steps: expected an integer >= 1, got 0")
+
+
+def test_a_named_data_dir_without_the_corpus_is_refused_not_downloaded_into(tiny_run, tmp_path, capsys):
+    """Every measure, not only those that load best.pt: --measure perplexity tried a download."""
+    import report
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main(["diagnose", str(tiny_run), "--measure", "perplexity", "--data-dir", str(empty)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: --data-dir {empty}: no train.txt in {empty / 'ptb'}: give the folder that holds "
+                   f"ptb/, or leave --data-dir out for the run's own"), err
+    assert not any(empty.iterdir())
