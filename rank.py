@@ -22,6 +22,7 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -54,6 +55,20 @@ COMPUTE_OPTIONS = ("split", "contexts", "dtype", "json", "device", "data_dir", "
 # Share of a GPU's free memory (after the model is loaded) the decomposition may use by default:
 # the rest is for the model's forward passes and the allocator's fragmentation.
 FREE_MEMORY_SHARE = 0.8
+
+
+def noise_scale(text: str) -> float:
+    """An argparse type: Algorithm 2's c, a finite float64 > 0; the text as given in the error
+    (1e-400 reads as 0.0, and "got 0.0" hid why)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        underflow = " (below float64's smallest, it reads as 0)" if value == 0 and any(
+            digit in "123456789" for digit in text.lower().partition("e")[0]) else ""
+        raise argparse.ArgumentTypeError(f"expected a finite value > 0, got {text!r}{underflow}")
+    return value
 
 
 def parse_args(argv=None):
@@ -92,7 +107,7 @@ def parse_args(argv=None):
                              "unless --contexts is given)")
     robust.add_argument("--keep", type=int, default=10, help="singular values kept (default 10)")
     robust.add_argument("--iterations", type=int, default=10, help="Algorithm 1 repetitions (default 10)")
-    robust.add_argument("--noise-scales", type=float, nargs="+", default=list(NOISE_SCALES), metavar="C",
+    robust.add_argument("--noise-scales", type=noise_scale, nargs="+", default=list(NOISE_SCALES), metavar="C",
                         help="Algorithm 2's c values (default: SM Table 15's, 1e-2 ... 1e-32)")
     robust.add_argument("--seed", type=seed_argument, default=0, help="seed of Algorithm 2's noise (default 0)")
     args = parser.parse_args(argv)
@@ -122,9 +137,6 @@ def parse_args(argv=None):
     for name in ("keep", "iterations"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
-    bad = [c for c in args.noise_scales if not (math.isfinite(c) and c > 0)]
-    if bad:
-        parser.error(f"--noise-scales: expected finite values > 0, got {bad[0]}")
     if args.dtype is None:
         args.dtype = "float64" if args.robustness else "float32"
     return args

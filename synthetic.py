@@ -20,7 +20,8 @@ mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one li
 one panel per M), settings.json (everything this run was given). --json prints the rows as the
 last line of stdout. Same seeds, same numbers (on the same device and torch build).
 --from-csv A/results.csv B/results.csv --out C writes one table and one pair of figures for the
-results of several runs (a grid split over processes or machines) without fitting anything.
+results of several runs (a grid split over processes or machines) without fitting anything: each
+fit once, and one N for each (alpha, M), since a cell is the mean over seeds of one setting.
 """
 from __future__ import annotations
 
@@ -114,7 +115,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--from-csv", nargs="+", type=Path, metavar="CSV",
                    help="fit nothing: write the table and figures of earlier runs' results.csv "
                         "files (e.g. a grid split over several processes) to --out")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.from_csv:
+        # the grid and fit options would be ignored: the CSVs hold fits already made
+        fitting = [a for a in p._actions if a.dest not in ("help", "from_csv", "out", "json")
+                   and getattr(args, a.dest) != a.default]
+        if fitting:
+            p.error(f"{fitting[0].option_strings[0]} is an option of fitting; --from-csv fits nothing "
+                    f"(it tables the fits in the CSVs as they are): leave it out")
+    return args
 
 
 def write_outputs(rows: list[Row], out: Path, print_json: bool) -> int:
@@ -136,13 +145,30 @@ def write_outputs(rows: list[Row], out: Path, print_json: bool) -> int:
 
 
 def rows_from_csv(paths: list[Path]) -> list[Row]:
+    """The rows of several results.csv, refused where they cannot be pooled: a cell of the table is
+    the mean over seeds of one (alpha, M, D, head) at one N, so a fit seen twice (a file given
+    twice, or grids that overlap) or an (alpha, M) fitted at two N is a ValueError naming both files."""
     rows: list[Row] = []
+    fit_source: dict[tuple, Path] = {}
+    n_source: dict[tuple, tuple[int, Path]] = {}
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise ValueError(f"{path}: cannot be read ({error})") from None
-        rows += from_csv(text, str(path))
+        for row in from_csv(text, str(path)):
+            fit = (row.alpha, row.words, row.dim, row.head, row.seed)
+            if fit in fit_source:
+                raise ValueError(f"{path}: the fit alpha {row.alpha:g}, M {row.words}, D {row.dim}, "
+                                 f"{row.head}, seed {row.seed} is also in {fit_source[fit]}: each fit once "
+                                 f"(a file given twice, or grids that overlap)")
+            contexts, first = n_source.setdefault((row.alpha, row.words), (row.contexts, path))
+            if contexts != row.contexts:
+                raise ValueError(f"{path}: alpha {row.alpha:g}, M {row.words} was fitted at N = {row.contexts:,} "
+                                 f"here and N = {contexts:,} in {first}: a table pools the fits of one N "
+                                 f"(join the CSVs of each N apart)")
+            fit_source[fit] = path
+            rows.append(row)
     if not rows:
         raise ValueError(f"{', '.join(map(str, paths))}: no result rows")
     return rows

@@ -237,14 +237,15 @@ def diagnose_arguments(parser) -> None:
                              "fresh model: the only costly one), slopes (LMS-PLIF's, best.pt against "
                              "the run's start), perplexity (eval_best.json's test ppl beside the "
                              "unigram level); spread and slopes need best.pt")
-    parser.add_argument("--steps", type=positive_int, default=160,
+    # None when not given: they belong to gradient-share, and diagnose() refuses them without it
+    parser.add_argument("--steps", type=positive_int, default=None,
                         help="SGD steps of the gradient share (default 160). They start from the run's "
                              "start, not from best.pt: the run's model rebuilt from config.yaml and "
                              "seeded as train.py does, plain SGD with its lr, weight decay and "
                              "clipping on consecutive train.bptt windows, cross-entropy only (AR and "
                              "TAR act on the body directly; the question is what reaches it from "
                              "the head): what explains a run that never learnt")
-    parser.add_argument("--every", type=positive_int, default=20,
+    parser.add_argument("--every", type=positive_int, default=None,
                         help="report the gradient share every N steps (default 20)")
     parser.add_argument("--out", help="also write PREFIX.md (the tables) and PREFIX.json (every value)")
     devices(parser)
@@ -253,7 +254,11 @@ def diagnose_arguments(parser) -> None:
 def diagnose(args, run_dirs) -> str:
     from experiment.loading import select_device
     from .diagnose import diagnose_runs
-    return diagnose_runs(run_dirs, args.measure, args.steps, args.every,
+    if "gradient-share" not in args.measure and (given := [f"--{name} {getattr(args, name)}" for name in
+                                                          ("steps", "every") if getattr(args, name)]):
+        raise AnalysisError(f"{given[0]}: the steps are gradient-share's, which --measure "
+                            f"{' '.join(args.measure)} does not take: add gradient-share or leave it out")
+    return diagnose_runs(run_dirs, args.measure, args.steps or 160, args.every or 20,
                          select_device(args.device, option="--device"), args.data_dir,
                          Path(args.out) if args.out else None)
 
@@ -382,17 +387,22 @@ def config_keys_named(argv: list[str]) -> list[tuple[str, str]]:
 
 def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
     """The run directories whose config.yaml matches every --only KEY=V1,V2 (as text)."""
-    for text in only:
+    for index, text in enumerate(only):
         key, _, values = text.partition("=")
+        key = key.strip()
         if not key or not values:
             raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
         wanted = {v.strip() for v in values.split(",")}
-        kept = [d for d in run_dirs if config_matches(d, key.strip(), wanted)]
-        if not kept and not any(config_value(read_run_config(d), key.strip()) is not None for d in run_dirs):
-            raise AnalysisError(f"--only {text}: no run's config.yaml has the key {key.strip()} "
-                                "(a config key, e.g. model.emsize)")
+        kept = [d for d in run_dirs if config_matches(d, key, wanted)]
         if not kept:
-            raise AnalysisError(f"--only {text}: no run has that value (after the --only before it)")
+            present = run_values(run_dirs, key)
+            runs = "the runs the --only before it kept" if index else "the runs"
+            if not present:
+                raise AnalysisError(f"--only {text}: no run's config.yaml has the key {key} "
+                                    "(a config key, e.g. model.emsize)" if not index else
+                                    f"--only {text}: none of {runs} has the key {key} in its config.yaml")
+            raise AnalysisError(f"--only {text}: no run has that value; {runs} have {key} = "
+                                f"{', '.join(sorted(map(str, present)))}")
         run_dirs = kept
     return run_dirs
 

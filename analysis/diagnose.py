@@ -47,6 +47,7 @@ from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
 from .runs import head_label, read_json
+from .tables import run_file_note
 
 MEASUREMENTS = ("perplexity", "spread", "slopes", "gradient-share")     # the columns' order
 READ_BEST_PT = ("spread", "slopes")
@@ -78,6 +79,7 @@ class Diagnosis:
     d: int
     seed: int
     test_ppl: float | None = None
+    test_ppl_note: str | None = None      # why eval_best.json's test ppl is not shown
     unigram_ppl: float | None = None
     unigram_smoothed: bool = False
     spread: float | None = None
@@ -208,7 +210,10 @@ def diagnose_run(run_dir: Path, measurements: Sequence[str], steps: int, every: 
     found = Diagnosis(run_dir, config.data.dataset, config.head_name, config.model.emsize, config.train.seed)
     if "perplexity" in measurements:
         evaluation = read_json(run_dir / "eval_best.json") or {}
-        found.test_ppl = evaluation.get("test_ppl")
+        # as a table does: a test ppl of other weights than best.pt's (or of another head, corpus
+        # or test batch size) is not shown, and the note says why and what to run
+        found.test_ppl_note = run_file_note(run_dir, "eval_best.json", evaluation) if evaluation else None
+        found.test_ppl = None if found.test_ppl_note else evaluation.get("test_ppl")
         found.unigram_ppl, found.unigram_smoothed = unigram_perplexity(corpus.train, corpus.test,
                                                                        corpus.vocab_size)
     if "spread" in measurements:
@@ -273,7 +278,7 @@ def summary_columns(d: Diagnosis, measurements: Sequence[str]) -> dict[str, str]
 
 
 NOTES = {
-    "perplexity": "test ppl: eval_best.json's (— not evaluated); unigram ppl: the test perplexity of "
+    "perplexity": "test ppl: eval_best.json's (— not evaluated, or not of best.pt's weights: a note below says); unigram ppl: the test perplexity of "
                   "the training split's word frequencies. A test ppl near it: the run did not learn.",
     "spread": f"body spread: std over positions (the first {SPREAD_POSITIONS} positions of {SPREAD_COLUMNS} "
               f"validation columns) of the last LSTM layer's raw output, mean over units, best.pt in "
@@ -293,7 +298,9 @@ def diagnosis_markdown(diagnoses: Sequence[Diagnosis], measurements: Sequence[st
         header = list(columns)
         rows.append(list(columns.values()))
     parts = ["# Diagnostics\n", aligned_table(header, rows),
-             "".join(f"- {NOTES[m]}\n" for m in MEASUREMENTS if m in measurements)]
+             "".join(f"- {NOTES[m]}\n" for m in MEASUREMENTS if m in measurements)
+             + "".join(f"- {run_label(d.run_dir)}: test ppl not shown: {d.test_ppl_note}\n"
+                       for d in diagnoses if d.test_ppl_note)]
     if "gradient-share" in measurements:
         step_rows = [[run_label(d.run_dir), str(s.step), f"{s.loss:.3f}", f"{s.grad_norm:.3f}",
                       f"{s.lstm_share:.3f}", f"{s.output_std:.4f}"] for d in diagnoses for s in d.gradient]

@@ -15,7 +15,7 @@ from . import AnalysisError
 from .figures import prefixed, pyplot, save
 from .published import ROBUSTNESS, dataset_label, same_value
 from .runs import head_label, markdown_table, read_json
-from .tables import read_run
+from .tables import read_run, run_file_note
 
 FILE = "robustness_test.json"
 ERROR_UNIT = 1e-28                     # SM Table 14 prints "Error x 10^-28"
@@ -27,7 +27,12 @@ def load(run_dirs: Sequence[Path]) -> tuple[list[tuple[str, dict]], list[str]]:
     for run_dir in run_dirs:
         result = read_json(run_dir / FILE)
         if result is None:
-            missing.append(f"{run_dir}: no {FILE} (run python rank.py {run_dir} --robustness)")
+            other = (f"; its robustness_valid.json is of the validation split, [SB]'s tables of the test "
+                     f"split" if (run_dir / "robustness_valid.json").is_file() else "")
+            missing.append(f"{run_dir}: no {FILE}{other} (run python rank.py {run_dir} --robustness)")
+            continue
+        if note := run_file_note(run_dir, FILE, result):
+            missing.append(f"{run_dir}: left out: {note}")
             continue
         for key in ("head", "dataset", "contexts", "keep", "original", "reconstruction", "noise"):
             if key not in result:

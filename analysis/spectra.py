@@ -18,7 +18,8 @@ from experiment.run_directory import RunLock
 from . import AnalysisError
 from .figures import figure_file
 from model.heads import HEADS
-from .runs import config_value, head_label, read_run_config
+from .runs import config_value, head_label, read_json, read_run_config
+from .tables import run_file_note
 
 SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
                   "f(l)": "singular_values_test_transformed.npy"}
@@ -80,11 +81,62 @@ def has_transformed_logits(run_dir: Path) -> bool:
     return HEADS[head].has_transformed_logits if head in HEADS else True
 
 
+def rank_records(run_dirs: Sequence[Path]) -> tuple[dict[Path, dict], list[str]]:
+    """Each run's rank_test.json (rank.py writes it with the spectra, and says of which weights,
+    over how many contexts, in which precision), and a note per run whose spectra are not of the
+    model best.pt holds now (trained on after rank.py ran, another head's files, another corpus):
+    those are left out, as report.py table leaves out their rank. A run without the file passes;
+    one ranked on another checkpoint by choice (rank.py RUN/last.pt) is drawn, its legend says so."""
+    records, outdated = {}, []
+    for run_dir in run_dirs:
+        record = read_json(run_dir / "rank_test.json")
+        if record is None:
+            continue
+        of_best_pt = Path(record.get("checkpoint", "best.pt")).name == "best.pt"
+        if note := run_file_note(run_dir, "rank_test.json", record, of_best_pt):
+            outdated.append(f"{run_dir}: its spectra are left out: {note}")
+        else:
+            records[run_dir] = record
+    return records, outdated
+
+
+def setting_names(records: dict[Path, dict]) -> tuple[dict[Path, str], list[str]]:
+    """What the legend adds to a run's name so that unlike spectra are not read as alike: the
+    checkpoint when it is not best.pt, and the precision and number of contexts when the runs'
+    differ (float32's rounding floor is not float64's, and fewer contexts give fewer values);
+    and a note when they differ."""
+    keys = {d: (r.get("dtype"), r.get("contexts")) for d, r in records.items()}
+    dtypes, contexts = {k[0] for k in keys.values()}, {k[1] for k in keys.values()}
+    added, notes = {}, []
+    for run_dir, record in records.items():
+        parts = []
+        if (checkpoint := Path(record.get("checkpoint", "best.pt")).name) != "best.pt":
+            parts.append(checkpoint)
+        if len(dtypes) > 1:
+            parts.append(str(record.get("dtype")))
+        if len(contexts) > 1:
+            parts.append(f"{record.get('contexts'):,} contexts" if record.get("contexts") else "contexts ?")
+        added[run_dir] = "".join(f", {p}" for p in parts)
+    if len(dtypes) > 1 or len(contexts) > 1:
+        notes.append("the spectra are not alike (" + "; ".join(
+            [f"precisions {', '.join(sorted(map(str, dtypes)))}"] * (len(dtypes) > 1)
+            + [f"contexts {', '.join(sorted(f'{c:,}' if c else '?' for c in contexts))}"] * (len(contexts) > 1))
+            + "): the legend names each curve's; rank them alike (rank.py --dtype, --contexts) to compare tails")
+    return added, notes
+
+
 def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], list[str]]:
     """(label, values, dashed) per curve, and a note per expected file that is missing (an f(l)
-    file is expected of a ranked run whose head has transformed logits)."""
-    curves, missing, any_with_f_l = [], [], False
+    file is expected of a ranked run whose head has transformed logits), per run whose spectra are
+    older than its best.pt (left out), and on spectra of unlike settings (named in the legend)."""
+    records, missing = rank_records(run_dirs)
+    added, unlike = setting_names(records)
+    any_with_f_l = False
+    curves = []
     for run_dir, name in zip(run_dirs, legend_names(run_dirs)):
+        if run_dir not in records and (run_dir / "rank_test.json").is_file():
+            continue                                               # outdated: noted above
+        name += added.get(run_dir, "")
         values = load_spectrum(run_dir / SPECTRUM_FILES["log P"])
         if values is None:
             missing.append(f"{run_dir}: no {SPECTRUM_FILES['log P']} ({how_to_rank(run_dir)})")
@@ -102,7 +154,7 @@ def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], l
         with_f_l = ", ".join(head.label for head in HEADS.values() if head.has_transformed_logits)
         missing.append(f"no f(l) curve: none of these runs' heads has transformed logits (those of "
                        f"{with_f_l} have)")
-    return curves, missing
+    return curves, missing + unlike
 
 
 def run_label(label: str) -> str:

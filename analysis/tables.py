@@ -122,11 +122,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
 
     evaluation = read_json(run_dir / "eval_best.json")
     if evaluation is not None and "test_ppl" in evaluation:
-        stale = (head_note(evaluation, head, "eval_best.json", f"python evaluate.py {run_dir}")
-                 or stale_note(evaluation, best_pt_step, "eval_best.json", f"python evaluate.py {run_dir}")
-                 or corpus_note(evaluation, config, "eval_best.json", f"python evaluate.py {run_dir}")
-                 or batch_size_note(evaluation, config, f"python evaluate.py {run_dir}"))
-        if stale:
+        if stale := outdated_note(evaluation, "eval_best.json", run_dir, head, config, best_pt_step):
             result.missing.append(f"test_ppl ({stale})")
         else:
             result.test_ppl = evaluation["test_ppl"]
@@ -137,10 +133,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     rank = read_json(run_dir / "rank_test.json")
     ranked = Path(rank.get("checkpoint", "best.pt")).name if rank is not None else None
     if rank is not None and "press_rank" in rank and ranked == "best.pt":
-        stale = (head_note(rank, head, "rank_test.json", f"python rank.py {run_dir}")
-                 or stale_note(rank, best_pt_step, "rank_test.json", f"python rank.py {run_dir}")
-                 or corpus_note(rank, config, "rank_test.json", f"python rank.py {run_dir}"))
-        if stale:
+        if stale := outdated_note(rank, "rank_test.json", run_dir, head, config, best_pt_step):
             result.missing.append(f"press_rank ({stale})")
         else:
             result.press_rank, result.rank_contexts, result.rank_dtype = \
@@ -162,10 +155,34 @@ def best_checkpoint_step(metrics: list[dict]) -> int | None:
     return best["step"] if best["val_ppl"] <= metrics[-1].get("best_val_ppl", best["val_ppl"]) else 0
 
 
+def outdated_note(result: dict, name: str, run_dir: Path, head: str, config: dict,
+                  best_step: int | None) -> str | None:
+    """Why the run's eval_best.json, rank_test.json or robustness_test.json (`name`, read into
+    `result`) is not of the model best.pt holds now on the run's corpus (and, for eval_best.json,
+    at the run's test batch size), or None: each of the notes below, the first that applies."""
+    command = {"eval_best.json": f"python evaluate.py {run_dir}",
+               "robustness_test.json": f"python rank.py {run_dir} --robustness"}.get(name, f"python rank.py {run_dir}")
+    return (head_note(result, head, name, command)
+            or stale_note(result, best_step, name, command)
+            or corpus_note(result, config, name, command)
+            or (batch_size_note(result, config, command) if name == "eval_best.json" else None))
+
+
+def run_file_note(run_dir: Path, name: str, result: dict, of_best_pt: bool = True) -> str | None:
+    """outdated_note for a result file of run_dir, reading the run's head, config.yaml and
+    metrics.jsonl itself (report.py diagnose and spectra show one file of a run, as a table does).
+    of_best_pt=False: the file is of another checkpoint (rank.py RUN/last.pt), by choice; its step
+    is not checked against best.pt's."""
+    config = read_run_config(run_dir)
+    head = (read_json(run_dir / "run.json") or {}).get("head") or config_value(config, "head.name")
+    best_step = best_checkpoint_step(read_metrics(run_dir)) if of_best_pt else None
+    return outdated_note(result, name, run_dir, head, config, best_step)
+
+
 def head_note(result: dict, head: str, name: str, command: str) -> str | None:
     """Why a result file is not of the run's model, or None: it names another head (a file
     copied in from another run). Files without the record pass."""
-    if result.get("head", head) == head:
+    if head is None or result.get("head", head) == head:
         return None
     return f"{name} is of a {result['head']} model, the run's head is {head}: run {command}"
 

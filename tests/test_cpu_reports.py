@@ -303,8 +303,15 @@ def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
     rows = [line for line in main_table.splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == ["| Softmax", "| MoS"]
     assert "250.00" in rows[0] and "300.00" not in rows[0]
-    for only, message in (("model.emsize", "expected KEY=VALUE"), ("model.emsize=8", "no run has that value"),
+    for only, message in (("model.emsize", "expected KEY=VALUE"),
+                          ("model.emsize=8", "model.emsize=8: no run has that value; the runs have "
+                                             "model.emsize = 16, 32"),
                           ("modle.emsize=32", "no run's config.yaml has the key modle.emsize")):
         assert report.main(["table", str(root), "--only", only, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: --only") and "\n" not in err and message in err, err
+    # a second --only that keeps nothing names the runs the first one kept, and their values
+    assert report.main(["table", str(root), "--only", "head.name=softmax", "--only", "model.emsize=64",
+                        "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --only model.emsize=64: no run has that value; the runs "
+                                               "the --only before it kept have model.emsize = 16, 32")

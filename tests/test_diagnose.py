@@ -182,3 +182,29 @@ def test_a_named_data_dir_without_the_corpus_is_refused_not_downloaded_into(tiny
     assert err == (f"error: --data-dir {empty}: no train.txt in {empty / 'ptb'}: give the folder that holds "
                    f"ptb/, or leave --data-dir out for the run's own"), err
     assert not any(empty.iterdir())
+
+
+def test_a_test_ppl_of_other_weights_than_best_pt_is_not_shown(runs, tmp_path, capsys):
+    """As report.py table: eval_best.json computed before the run trained on and improved (its
+    step is not best.pt's by metrics.jsonl) is of another model; diagnose said its number."""
+    import shutil
+    run = tmp_path / "ptb-softmax"
+    shutil.copytree(runs["softmax"], run, ignore=shutil.ignore_patterns("*.pt"))
+    evaluation = json.loads((run / "eval_best.json").read_text())
+    assert report.main(["diagnose", str(run), "--measure", "perplexity"]) == 0
+    assert f"| {evaluation['test_ppl']:.2f} " in capsys.readouterr().out     # of best.pt: shown
+    (run / "eval_best.json").write_text(json.dumps({**evaluation, "step": evaluation["step"] - 1}))
+    assert report.main(["diagnose", str(run), "--measure", "perplexity"]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| ptb-softmax "))
+    assert [c.strip() for c in row.strip("|").split("|")][4] == "—"
+    assert (f"- ptb-softmax: test ppl not shown: eval_best.json is of the weights at step "
+            f"{evaluation['step'] - 1:,}, but metrics.jsonl puts best.pt at step {evaluation['step']:,}: "
+            f"run python evaluate.py {run} again") in printed
+
+
+@pytest.mark.parametrize("option", ["--steps", "--every"])
+def test_the_gradient_share_steps_without_the_gradient_share_are_refused(runs, option, capsys):
+    assert report.main(["diagnose", str(runs["softmax"]), "--measure", "perplexity", "spread", option, "5"]) == 2
+    assert one_line(capsys) == (f"error: {option} 5: the steps are gradient-share's, which --measure "
+                                f"perplexity spread does not take: add gradient-share or leave it out")

@@ -382,10 +382,27 @@ def test_robustness_tables(tmp_path, capsys):
 
 
 def test_robustness_needs_results(tmp_path, capsys):
-    fake_run(tmp_path / "runs", "ptb-mos", "ptb", "mos", 28, test_ppl=56.0)
+    run_dir = fake_run(tmp_path / "runs", "ptb-mos", "ptb", "mos", 28, test_ppl=56.0)
     assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no robustness results found") and err.count("\n") == 1
+    # the validation split's file is not taken for [SB]'s test-split tables, and the note says so
+    (run_dir / "robustness_valid.json").write_text("{}")
+    assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 2
+    assert (f"{run_dir}: no robustness_test.json; its robustness_valid.json is of the validation split, "
+            f"[SB]'s tables of the test split (run python rank.py {run_dir} --robustness)") in capsys.readouterr().err
+
+
+def test_robustness_of_another_head_is_left_out(tmp_path, capsys):
+    """As report.py table does with rank_test.json: a file of another model (copied in) is not
+    reported as the run's."""
+    run_dir = fake_run(tmp_path / "runs", "ptb-mos", "ptb", "mos", 28, test_ppl=56.0)
+    result = {"head": "softmax", "dataset": "ptb", "contexts": 4, "keep": 1, "original": {},
+              "reconstruction": [], "noise": []}
+    (run_dir / "robustness_test.json").write_text(json.dumps(result))
+    assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 2
+    assert (f"{run_dir}: left out: robustness_test.json is of a softmax model, the run's head is mos: "
+            f"run python rank.py {run_dir} --robustness") in capsys.readouterr().err
 
 
 def test_every_published_table_is_a_paper_option():

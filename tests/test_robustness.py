@@ -156,3 +156,9 @@ def test_rank_py_robustness_bad_input_is_one_line(trained, capsys):
         with pytest.raises(SystemExit) as exit_info:
             rank.parse_args([str(trained), *argv])
         assert exit_info.value.code == 2
+    # a scale below float64's range reads as 0: the message shows it as given, and why
+    for text, why in (("1e-400", " (below float64's smallest, it reads as 0)"), ("0e5", "")):
+        with pytest.raises(SystemExit):
+            rank.parse_args([str(trained), "--robustness", "--noise-scales", "1e-2", text])
+        assert capsys.readouterr().err.strip().endswith(
+            f"argument --noise-scales: expected a finite value > 0, got {text!r}{why}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import subprocess
@@ -305,6 +306,28 @@ def test_cli_from_csv_joins_runs_without_fitting(tmp_path):
     assert "Traceback" not in missing.stderr
 
 
+def test_cli_from_csv_refuses_fits_it_cannot_pool_and_options_it_would_ignore(tmp_path):
+    """A cell is the mean over seeds at one N: a CSV given twice counted every fit twice, and
+    fits of two N were averaged into one cell; --dims and the like did nothing."""
+    (tmp_path / "a.csv").write_text(to_csv(_rows()))
+    (tmp_path / "n80.csv").write_text(to_csv([dataclasses.replace(r, contexts=80, seed=1) for r in _rows()]))
+    out = str(tmp_path / "joined")
+    twice = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "a.csv"), "--out", out)
+    assert twice.returncode == 2 and twice.stderr == (
+        f"synthetic.py: {tmp_path / 'a.csv'}: the fit alpha 0.1, M 50, D 4, softmax, seed 0 is also in "
+        f"{tmp_path / 'a.csv'}: each fit once (a file given twice, or grids that overlap)\n")
+    two_n = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "n80.csv"), "--out", out)
+    assert two_n.returncode == 2 and two_n.stderr == (
+        f"synthetic.py: {tmp_path / 'n80.csv'}: alpha 0.1, M 50 was fitted at N = 80 here and N = 40 in "
+        f"{tmp_path / 'a.csv'}: a table pools the fits of one N (join the CSVs of each N apart)\n")
+    for option in (["--dims", "8"], ["--heads", "softmax"], ["--no-compile"], ["--set", "mos.components=2"]):
+        ignored = _synthetic("--from-csv", str(tmp_path / "a.csv"), *option, "--out", out)
+        assert ignored.returncode == 2 and ignored.stderr == (
+            f"synthetic.py: error: {option[0]} is an option of fitting; --from-csv fits nothing (it tables "
+            f"the fits in the CSVs as they are): leave it out\n")
+    assert not (tmp_path / "joined").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--alpha", "-1"], "argument --alpha: expected a finite value > 0, got '-1'"),
     (["--words", "1"], "argument --words: expected an integer >= 2, got '1'"),
@@ -320,3 +343,30 @@ def test_cli_bad_input_is_one_line(tmp_path, args, message):
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "x" / "results.csv").exists()
+
+
+def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, monkeypatch):
+    """docs/synthetic.md's commands: one gave --set mos.components with --heads softmax lms, which
+    synthetic.py refuses. Each is run up to its first fit (the --from-csv one parses)."""
+    import shlex
+    import synthetic
+
+    class Fitting(Exception):
+        pass
+
+    def first_fit(*args, **kwargs):
+        raise Fitting
+    monkeypatch.setattr(synthetic, "sample_targets", first_fit)
+    page = (REPO_ROOT / "docs" / "synthetic.md").read_text(encoding="utf-8")
+    commands = [shlex.split(line, comments=True)[2:] for line in page.splitlines()
+                if line.startswith("python synthetic.py")]
+    assert len(commands) >= 5
+    for argv in commands:
+        argv = [a for a in argv if a not in ("--json",)]
+        if "--out" in argv:
+            argv[argv.index("--out") + 1] = str(tmp_path / "out")
+        if "--from-csv" in argv:
+            assert synthetic.parse_args(argv).from_csv
+            continue
+        with pytest.raises(Fitting):
+            synthetic.main([*argv, "--out", str(tmp_path / "out")])

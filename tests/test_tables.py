@@ -498,6 +498,32 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
         write_spectra([root / "ptb-ss"], tmp_path / "none.png")
 
 
+def test_spectra_older_than_best_pt_are_left_out_and_unlike_ones_named(tmp_path):
+    """A spectrum of weights that best.pt no longer holds (rank.py, then training on) is left
+    out with a note, as report.py table leaves out its rank; a last.pt ranked by choice is drawn
+    and named; float32 beside float64 spectra (another rounding floor) are named in the legend."""
+    root = tmp_path / "runs"
+    records = {"softmax": {"step": 10, "dtype": "float32"}, "mos": {"step": 20, "dtype": "float64"},
+               "ss": {"step": 30, "dtype": "float32", "checkpoint": str(root / "ptb-ss" / "last.pt")}}
+    for head, record in records.items():
+        run_dir = make_run(root, f"ptb-{head}", head, 1)
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({**r, "step": 10 * r["epoch"]}) + "\n"
+                                                       for r in metrics))       # best.pt: epoch 2, step 20
+        np.save(run_dir / "singular_values_test_logp.npy", np.exp(-0.05 * np.arange(50)))
+        (run_dir / "rank_test.json").write_text(json.dumps({"press_rank": 5, "contexts": 50, "head": head,
+                                                            "checkpoint": str(run_dir / "best.pt"), **record}))
+    runs = [root / "ptb-softmax", root / "ptb-mos", root / "ptb-ss"]
+    curves, notes = collect(runs, transformed=False)
+    assert [label for label, _, _ in curves] == ["MoS, seed 1, float64", "SS, seed 1, last.pt, float32"]
+    assert notes == [
+        f"{runs[0]}: its spectra are left out: rank_test.json is of the weights at step 10, but "
+        f"metrics.jsonl puts best.pt at step 20: run python rank.py {runs[0]} again",
+        "the spectra are not alike (precisions float32, float64): the legend names each curve's; rank "
+        "them alike (rank.py --dtype, --contexts) to compare tails"]
+    assert [label for label, _, _ in collect(runs[1:2], transformed=False)[0]] == ["MoS, seed 1"]
+
+
 @pytest.mark.parametrize("script", ["rank", "report"])
 def test_a_figure_path_that_matplotlib_cannot_write_as_named_is_refused_first(tmp_path, monkeypatch, capsys, script):
     """--out x.txt was matplotlib's traceback; --out spectra (no suffix) wrote spectra.png and
