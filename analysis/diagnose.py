@@ -42,7 +42,8 @@ from data.batching import batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import make_optimizer
 from experiment.config import Config, load_config
-from experiment.loading import TrainedModel, check_named_data_dir, initial_model, load_trained
+from experiment.loading import (TrainedModel, check_named_data_dir, code_version, device_name, initial_model,
+                                load_trained)
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
@@ -226,16 +227,24 @@ def diagnose_run(run_dir: Path, measurements: Sequence[str], steps: int, every: 
     return found
 
 
+def measured_where(device: torch.device) -> dict:
+    """The device (with the GPU's or processor's model), torch and the code's commit: the gradient
+    share's later steps are plain SGD at the run's lr (20 on PTB), which amplifies another
+    processor's rounding into another trajectory within some 20-40 steps."""
+    return {"device": device_name(device), "torch": torch.__version__, "code": code_version()}
+
+
 def diagnose_runs(run_dirs: Sequence[Path], measurements: Sequence[str], steps: int, every: int,
                   device: torch.device, data_dir: str | None, out_prefix: Path | None) -> str:
     """The text table of every run (and with out_prefix PREFIX.md, the same, and PREFIX.json)."""
     diagnoses = [diagnose_run(d, measurements, steps, every, device, data_dir) for d in run_dirs]
-    text = diagnosis_markdown(diagnoses, measurements, steps)
+    text = diagnosis_markdown(diagnoses, measurements, steps, measured_where(device))
     if out_prefix is not None:
         prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
         prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
         settings = {"measurements": list(measurements), "spread_columns": SPREAD_COLUMNS,
-                    "spread_positions": SPREAD_POSITIONS, "steps": steps, "every": every}
+                    "spread_positions": SPREAD_POSITIONS, "steps": steps, "every": every,
+                    **measured_where(device)}
         runs = [{**dataclasses.asdict(d), "run_dir": str(d.run_dir)} for d in diagnoses]
         prefixed(out_prefix, ".json").write_text(json.dumps({"settings": settings, "runs": runs}, indent=1)
                                                  + "\n", encoding="utf-8")
@@ -290,7 +299,8 @@ NOTES = {
 }
 
 
-def diagnosis_markdown(diagnoses: Sequence[Diagnosis], measurements: Sequence[str], steps: int) -> str:
+def diagnosis_markdown(diagnoses: Sequence[Diagnosis], measurements: Sequence[str], steps: int,
+                       where: dict) -> str:
     header, rows = [], []
     for d in diagnoses:
         columns = {"run": run_label(d.run_dir), "head": head_label(d.head), "d": str(d.d),
@@ -309,5 +319,8 @@ def diagnosis_markdown(diagnoses: Sequence[Diagnosis], measurements: Sequence[st
                                 step_rows),
                   "- Plain SGD on consecutive training windows, cross-entropy only; gradient norm "
                   "before clipping; output std: the last layer's raw output on the step's batch "
-                  "(training mode), std over positions, mean over units.\n"]
+                  "(training mode), std over positions, mean over units.\n"
+                  + f"- Measured on {where['device']}, torch {where['torch']}. SGD at the run's lr "
+                  "amplifies rounding: on another processor or torch the steps agree at first and "
+                  "then follow another trajectory (the level, not the digits, is what carries over).\n"]
     return "\n".join(parts)

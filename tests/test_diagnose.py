@@ -107,6 +107,11 @@ def test_diagnose_prints_a_table_and_writes_markdown_and_json(runs, tmp_path, ca
     assert printed.strip() == (tmp_path / "report" / "diagnosis.md").read_text().strip()
     found = json.loads((tmp_path / "report" / "diagnosis.json").read_text())
     assert found["settings"]["steps"] == 2 and [r["head"] for r in found["runs"]] == list(names)
+    # where it was measured: the gradient share's later steps depend on the processor's rounding
+    from experiment.loading import device_name
+    assert found["settings"]["device"] == device_name(CPU) and found["settings"]["torch"] == torch.__version__
+    assert "commit" in found["settings"]["code"]
+    assert f"- Measured on {device_name(CPU)}, torch {torch.__version__}." in printed
     softmax, plif, frozen = found["runs"]
     test_ppl = json.loads((runs["softmax"] / "eval_best.json").read_text())["test_ppl"]
     assert softmax["test_ppl"] == test_ppl and plif["test_ppl"] is None
