@@ -87,7 +87,7 @@ def parse_member(text: str, index: int) -> argparse.Namespace:
         args.overrides = words[2:]
     elif words[0].startswith("-"):
         raise GroupRefused(f"{where}: {words[0]}: a member takes a config and key=value overrides, "
-                           f"--resume RUN_DIR or --finetune RUN_DIR")
+                           f"--resume RUN_DIR or --finetune RUN_DIR{beside_group(words[0])}")
     else:
         args.config, args.overrides = words[0], words[1:]
         if "=" in args.config and not args.config.endswith((".yaml", ".yml")):
@@ -97,8 +97,16 @@ def parse_member(text: str, index: int) -> argparse.Namespace:
     flags = [w for w in args.overrides if w.startswith("-")]
     if flags:
         raise GroupRefused(f"{where}: {flags[0]}: a member takes a config and key=value overrides, "
-                           f"--resume RUN_DIR or --finetune RUN_DIR")
+                           f"--resume RUN_DIR or --finetune RUN_DIR{beside_group(flags[0])}")
     return args
+
+
+def beside_group(flag: str) -> str:
+    """Where a train.py option given inside a member belongs: --data-dir, --dry-run and
+    --group-step act on the whole group, given beside --group."""
+    name = flag.partition("=")[0]
+    return (f" ({name} is the group's: give it beside --group)"
+            if name in ("--data-dir", "--dry-run", "--group-step") else "")
 
 
 def shared_value(config, key: str):
@@ -163,6 +171,8 @@ def resolve_members(members: list[str]) -> tuple[list, list, torch.device]:
             devices.append(select_device(resolved[-1][0].run.device))
         except SETUP_ERRORS as e:
             raise GroupRefused(f"--group member {index + 1} ({text!r}): {e}") from None
+    if problem := started_before(members, parsed, resolved):
+        raise GroupRefused(problem)
     check_group(resolved, devices)
     return parsed, resolved, devices[0]
 
@@ -337,8 +347,27 @@ def record_group(trainers: list, kind: str) -> None:
         write_text_atomic(path, json.dumps(info, indent=1) + "\n")
 
 
-def group_resume_command(trainers: list) -> str:
-    return "python train.py --group " + " ".join(shlex.quote(f"--resume {t.run_dir}") for t in trainers)
+def group_resume_command(run_dirs: list[Path], others: Sequence[str] = ()) -> str:
+    """The train.py --group command that continues these runs (and starts `others`, members as
+    given): each member one argument, its run directory quoted within it, as parse_member splits it."""
+    members = [f"--resume {shlex.quote(str(run_dir))}" for run_dir in run_dirs] + list(others)
+    return "python train.py --group " + " ".join(shlex.quote(member) for member in members)
+
+
+def started_before(members: list[str], parsed: list, resolved: list) -> str | None:
+    """Why a group started again with its members' configs cannot start (the same command after
+    a stop: their run directories hold last.pt), with the command that continues it; or None.
+    Each such run alone would name its own train.py --resume, which leaves the group behind."""
+    started = [run_dir for args, (_, run_dir, _) in zip(parsed, resolved)
+               if not args.resume and (run_dir / "last.pt").exists()]
+    if not started:
+        return None
+    others = [text for text, args, (_, run_dir, _) in zip(members, parsed, resolved)
+              if run_dir not in started and not args.resume]
+    resumed = [run_dir for args, (_, run_dir, _) in zip(parsed, resolved) if args.resume or run_dir in started]
+    held = ", ".join(map(str, started))
+    return (f"{held} already hold{'s' if len(started) == 1 else ''} a run (this group's, stopped?); continue "
+            f"the group with {group_resume_command(resumed, others)}, or choose another run.dir")
 
 
 def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
@@ -400,7 +429,7 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
         except (RunDirectoryError, OSError) as e:
             reason = e if isinstance(e, RunDirectoryError) else f"cannot write ({e.strerror or e})"
             print(f"error: {reason}; the group stopped (each run continues from its last.pt: "
-                  f"{group_resume_command(trainers)})", file=sys.stderr)
+                  f"{group_resume_command([t.run_dir for t in trainers])})", file=sys.stderr)
             return 1
         finally:
             if isinstance(step, SideBySide):
@@ -439,7 +468,7 @@ def exit_code(trainers: list, ends: dict) -> int:
     codes = [0 if ends[t] is None else ends[t].exit_code for t in trainers]
     signalled = next((code for code in codes if code > 128), None)
     if signalled:
-        print(f"continue the group with {group_resume_command([t for t in trainers if ends[t]])}",
+        print(f"continue the group with {group_resume_command([t.run_dir for t in trainers if ends[t]])}",
               file=sys.stderr)
         return signalled
     return max(codes)

@@ -299,7 +299,7 @@ def check_new_run_dir(run_dir: Path) -> None:
     """RunDirectoryError if a new run cannot start in `run_dir`: it holds another run."""
     if (run_dir / "last.pt").exists():
         raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
-                                f"train.py --resume {run_dir} or choose another run.dir")
+                                f"train.py --resume {shlex.quote(str(run_dir))} or choose another run.dir")
     if (run_dir / "eval_best.json").exists():
         # An evaluated run's result files without its checkpoint (committed results, say): a
         # new run would start that run's metrics.jsonl over beside its old evaluation. (A run
@@ -309,9 +309,10 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def resume_command(run_dir: Path, world: World) -> str:
+    # quoted: the line is pasted into a shell, and a run directory may hold a space
     if not world.distributed:
-        return f"python train.py --resume {run_dir}"
-    return f"torchrun (with {world.size} processes in all) train.py --resume {run_dir}"
+        return f"python train.py --resume {shlex.quote(str(run_dir))}"
+    return f"torchrun (with {world.size} processes in all) train.py --resume {shlex.quote(str(run_dir))}"
 
 
 def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
@@ -324,7 +325,7 @@ def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> 
 def finish_message(progress: TrainingProgress, config: Config, run_dir: Path, world: World) -> str:
     """What rank 0 prints when training ends without an error: every epoch done, or stopped by
     run.max_steps, which says whether best.pt exists yet and what can be done next."""
-    evaluate = f"evaluate with python evaluate.py {run_dir}"
+    evaluate = f"evaluate with python evaluate.py {shlex.quote(str(run_dir))}"
     best = f"best valid ppl {perplexity(progress.best_val):.2f}"
     if progress.finished:
         return f"done: {progress.step} steps, {best}; {evaluate}"
@@ -335,7 +336,7 @@ def finish_message(progress: TrainingProgress, config: Config, run_dir: Path, wo
     if progress.val_history or (run_dir / "best.pt").is_file():   # (a finetuning's starting weights)
         return f"{where}; {best}; {evaluate} (its best.pt), or {resume}"
     return (f"{where}, before the first validation, so there is no best.pt yet; {resume}, or "
-            f"evaluate the weights where it stands with python evaluate.py {run_dir / 'last.pt'}")
+            f"evaluate the weights where it stands with python evaluate.py {shlex.quote(str(run_dir / 'last.pt'))}")
 
 
 def describe_last_checkpoint(run_dir: Path) -> str:

@@ -16,7 +16,8 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import ELSEWHERE, PlannedRun, is_finished, process_group, results_only, say
+from .runs import (ELSEWHERE, PlannedRun, is_finished, locked_by_another_process, process_group,
+                   results_only, say)
 from .stopping import SweepStopped, check as check_stop_signals
 
 
@@ -30,12 +31,13 @@ def alone(runs: Sequence[PlannedRun]) -> list[Item]:
 def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
     """The runs as work items: those still to train in groups of up to `size` runs that can
     train together (the same experiment/group.py group_key: shapes, corpus, device), filled in plan order,
-    each group where its first run is; the others (trained, or only results) alone."""
+    each group where its first run is; the others (trained, only results, or held by another
+    process: a train.py started by hand, whose run would fail the whole group) alone."""
     from experiment.group import group_key
     items: list[list[PlannedRun]] = []
     open_groups: dict[tuple, list[PlannedRun]] = {}
     for run in runs:
-        if results_only(run) or finished_safely(run):
+        if results_only(run) or finished_safely(run) or locked_by_another_process(run.dir):
             items.append([run])
             continue
         key = group_key(run.config)

@@ -547,6 +547,13 @@ def process_group(runs: Sequence[PlannedRun], tag: str, env: dict | None = None,
                 say(f"{tag} {run.dir}: {e}")
                 outcomes[str(run.dir)] = f"failed: {e}"
                 continue
+            # a train.py started by hand holds it (its lock, not a sweep's claim): in a group, its
+            # train.py --group would refuse the whole group, so it is left out before (a run with
+            # nothing left to do is not locked to ask, which would touch it)
+            if commands and locked_by_another_process(run.dir):
+                say(f"{tag} {run.dir}: {ELSEWHERE}: skip")
+                outcomes[str(run.dir)] = ELSEWHERE
+                continue
             say(f"{tag} {run.dir}: {describe(run, commands)}")
             if commands:
                 pending.append((run, commands))

@@ -22,11 +22,14 @@
 # Needs the PTB corpus in corpora/ptb (the device tool does not bring ../shared):
 #   mkdir -p corpora && cp -r ../shared/data/ptb corpora/      # here, then run with carry=["corpora"]
 # FAST=1: tiny shapes on the CPU, to check the script itself (tests/test_scripts.py); EXTRA: key=value
-# overrides for every run (FAST's test passes its small corpus here).
+# overrides for every run (FAST's test passes its small corpus here); PYTHON: default .venv/bin/python
+# (scripts/setup.sh's), else python3 (scripts/common.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 OUT="${OUT:-results/gpu_group_$(date -u +%F)}"
-PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+require_whole_number gpu_group_check "BUDGET=${BUDGET:-340}"
+find_python
 export PYTHONUNBUFFERED=1
 # Every part within one deadline (BUDGET seconds, default 340: under 6 minutes), each part at most
 # its own cap of what is left, so that a slow part cannot take the others' time; the parts in the

@@ -11,11 +11,12 @@
 #                  them with the CPU's seeds (docs/results_cpu.md says how)
 # The runs train in RUNS, by default the plan's own folder (results/cpu_ptb_converged/), so a
 # later job skips every run already committed there and trains the next ones; only the runs this
-# job finished are packed. A run not finished when the budget ends stops with its last.pt there:
-# the same command again within the device tool's ~30 s of warmth resumes it on the same machine;
-# after that it is lost. On an H200 a converged miniature run takes 8-10 minutes alone; a group of
-# 2 about 8 minutes for both is an estimate from a one-step benchmark (docs/gpus.md, "Group
-# runs"), not a trained group: the first window tells.
+# job finished are packed. A run not finished when the budget ends stops with its last.pt there,
+# and the same command again resumes it (on the short GPU loans this repository's own runs get,
+# only within the ~30 s the machine keeps its files; on your own machine, whenever). On an H200 a
+# converged miniature run takes 8-10 minutes alone, so set BUDGET for your machine and the runs
+# you want (BUDGET=500 may finish none); a group of 2 about 8 minutes for both is an estimate
+# from a one-step benchmark (docs/gpus.md, "Group runs"), not a trained group.
 # Environment:
 #   GROUP=N       runs per group (default 2; a group pairs the plan's next unfinished runs, in its
 #                 order, whatever their heads)
@@ -23,24 +24,27 @@
 #   DRY_RUN=1     print what sweep.py would train (its --dry-run) and stop
 #   EXTRA='k=v'   overrides for every run, after FAST's (so they win)
 #   FAST=1        tiny shapes on the CPU, to check the script itself (tests/test_scripts.py runs
-#                 it with a PLAN of two runs on a slice of PTB through EXTRA's data.data_dir)
-#   PLAN, RUNS, OUT, PYTHON
+#                 it with a PLAN of two runs on a slice of PTB through EXTRA's data.data_dir); its
+#                 runs go to a fresh temporary folder unless RUNS is set
+#   PLAN, RUNS, OUT
+#   PYTHON        default: .venv/bin/python (scripts/setup.sh's), else python3 (scripts/common.sh)
 # The PTB corpus: AWD_DATA_DIR, or corpora/ptb in the repository (the device tool's machine has
 # no network: copy it there, `cp -r "$AWD_DATA_DIR/ptb" corpora/`, and carry corpora).
 # A machine held for hours trains the whole plan in one call, e.g. GROUP=10 BUDGET=7200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+source scripts/common.sh
 PLAN="${PLAN:-sweeps/gpu_converged_seeds.yaml}"
 GROUP="${GROUP:-2}"
 BUDGET="${BUDGET:-500}"
-for setting in "GROUP=$GROUP" "BUDGET=$BUDGET"; do
-  if ! [[ "${setting#*=}" =~ ^[1-9][0-9]*$ ]]; then
-    echo "gpu_seeds: error: ${setting%%=*} must be a whole number above 0, got '${setting#*=}'" >&2
-    exit 2
-  fi
-done
+require_whole_number gpu_seeds "GROUP=$GROUP" "BUDGET=$BUDGET"
+find_python
 export PYTHONUNBUFFERED=1
+if [ "${FAST:-0}" = 1 ] && [ -z "${RUNS:-}" ]; then
+  # FAST's tiny runs would take the plan's real run names in its committed folder
+  RUNS="$(mktemp -d)"
+  echo "gpu_seeds: FAST=1: the runs go to $RUNS (set RUNS to choose)"
+fi
 if ! runs="${RUNS:-$("$PYTHON" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["out"])' "$PLAN" 2>/dev/null)}" \
    || [ -z "$runs" ]; then
   echo "gpu_seeds: error: $PLAN: cannot read the plan's out folder (set RUNS)" >&2
@@ -92,7 +96,7 @@ echo "gpu_seeds: ${#new[@]} runs finished in this job (${new[*]:-none}), $packed
   | tee -a "$OUT/sweep.txt"
 if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then
   { echo "gpu_seeds: sweep.py failed (status $status); from $OUT/sweep.txt:"
-    grep -m 1 -i "error" "$OUT/sweep.txt"
+    grep -m 1 -E "^(error: |[A-Za-z_.]*Error: )" "$OUT/sweep.txt"
     tail -n 3 "$OUT/sweep.txt" | head -n 2; } >&2
 fi
 exit $(( status == 124 ? 0 : status ))

@@ -310,3 +310,30 @@ def test_an_epoch_record_costs_the_cpu_time_world_sum_gives(small_data, tmp_path
     assert train.main([PTB, f"data.data_dir={small_data}", *TINY, "train.epochs=1", f"run.dir={run_dir}"]) == 0
     epochs = metrics(run_dir)
     assert len(epochs) == 1 and 1000 < epochs[0]["cpu_seconds"] < 1000 + 120
+
+
+def test_every_documented_torchrun_command_splits_its_configs_batch_evenly():
+    """docs/gpus.md's flagship example ran WikiText-2 MoS (train.batch_size 15) on 4 and on 2 x 4
+    processes: refused at the start by World.columns. Each torchrun command there (a --resume
+    continues the command above it) must have a process count that divides its config's batch."""
+    import re
+    import shlex
+    from experiment.config import load_config
+    page = (REPO / "docs" / "gpus.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    nodes_in_sbatch = dict(re.findall(r"#SBATCH .*--(nodes)=(\d+)", page))
+    checked = 0
+    for line in page.splitlines():
+        if "torchrun --n" not in line or "train.py" not in line:
+            continue
+        words = shlex.split(line.split("torchrun", 1)[1], comments=True)
+        options = dict(zip(words, words[1:]))
+        nodes = options.get("--nnodes", "1")
+        nodes = int(nodes_in_sbatch["nodes"] if nodes == "$SLURM_NNODES" else nodes)
+        processes = nodes * int(options["--nproc_per_node"])
+        after = words[words.index("train.py") + 1:]
+        if after[0] == "--resume":
+            continue
+        config = load_config(after[0], [w for w in after[1:] if "=" in w])
+        World(0, processes, 0, distributed=True).columns(config.train.batch_size)    # raises if not
+        checked += 1
+    assert checked >= 2

@@ -536,7 +536,7 @@ def test_a_member_that_diverges_leaves_and_the_others_go_on(tiny, tmp_path, caps
 
 def test_sigterm_stops_every_member_with_its_last_pt_and_the_group_resumes(tiny, tmp_path):
     schedule = [*tiny, "train.epochs=3", "run.checkpoint_every_steps=1000000"]
-    dirs = [tmp_path / "a", tmp_path / "b"]
+    dirs = [tmp_path / "a run", tmp_path / "b"]     # a space: the printed commands must quote it
     command = [sys.executable, "train.py", *group(member("softmax", 1, dirs[0], *schedule),
                                                   member("softmax", 2, dirs[1], *schedule), step="solo")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -550,6 +550,11 @@ def test_sigterm_stops_every_member_with_its_last_pt_and_the_group_resumes(tiny,
     assert all((d / "last.pt").is_file() for d in dirs)
     assert "continue the group with python train.py --group" in err
     resume = err.strip().splitlines()[-1].split("continue the group with ", 1)[1]
+    # the same command again: refused, with the command that continues the group (not one run's)
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 2 and again.stderr == (
+        f"error: {dirs[0]}, {dirs[1]} already hold a run (this group's, stopped?); continue the group with "
+        f"{resume}, or choose another run.dir\n")
     done = subprocess.run([sys.executable, *shlex.split(resume)[1:]], capture_output=True, text=True,
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -589,6 +594,8 @@ def test_a_signal_between_two_members_updates_stops_both_after_the_same_step(tin
     ("flag first", r"--group member 2 \('--resum runs/g1'\): --resum: a member takes a config and key=value"),
     ("finished", r"--group: .* has already finished training"),
     ("member", r"--group member 2 \('configs/ptb_mini/softmax.yaml --seed 3'\): --seed: a member takes"),
+    ("data dir", r"--group member 2 \('configs/ptb_mini/softmax.yaml --data-dir /x'\): --data-dir: a member "
+                 r"takes .* \(--data-dir is the group's: give it beside --group\)$"),
     ("unquoted", r"--group member 2 \('train.seed=3'\): a key=value override, not a config file; each run "
                  r"is one quoted argument"),
     ("typo", r"--group member 2 \('.*model.emsze=16'\): override 'model.emsze=16': unknown key model.emsze"),
@@ -603,6 +610,8 @@ def test_bad_groups_are_one_line_and_write_nothing(case, expected, tiny, tiny_ru
               "finished": [["--resume", str(tiny_run)]]}
     if case == "member":
         arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --seed 3"]
+    elif case == "data dir":
+        arguments = ["--group", shlex.join(a), f"{MINI}/softmax.yaml --data-dir /x"]
     elif case == "flag first":
         arguments = ["--group", shlex.join(a), "--resum runs/g1"]
     elif case == "unquoted":

@@ -198,3 +198,40 @@ def test_the_gpu_seeds_script_packs_the_finished_runs(small_data, tmp_path):
         assert bad.returncode == 2 and bad.stderr.strip() == (
             f"gpu_seeds: error: {name} must be a whole number above 0, got '{value}'"), bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_row_scripts_take_a_users_out_an_empty_rank_args_and_say_their_usage(tmp_path):
+    """A newcomer's --out was dropped (run_row.sh's own --out came last and won); RANK_ARGS= could
+    not clear the WikiText-2 rows' --contexts; run_row.sh without arguments was bash's 'unbound
+    variable'."""
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "env-out"))
+    out = subprocess.run(["bash", "scripts/ptb_softmax.sh", "1", "--out", str(tmp_path / "mine"), "--dry-run"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and f"{tmp_path / 'mine'}/ptb-softmax-seed1" in out.stdout, out.stderr
+    assert "env-out" not in out.stdout
+    default = subprocess.run(["bash", "scripts/ptb_softmax.sh", "1", "--dry-run"], capture_output=True, text=True, env=env)
+    assert f"{tmp_path / 'env-out'}/ptb-softmax-seed1" in default.stdout
+    unset = {key: value for key, value in env.items() if key != "RANK_ARGS"}
+    for row_env, contexts in ((unset, True), (dict(env, RANK_ARGS=""), False)):
+        dry = subprocess.run(["bash", "scripts/wt2_softmax.sh", "1", "--dry-run"], capture_output=True, text=True,
+                             env=row_env)
+        line = next(l for l in dry.stdout.splitlines() if "rank.py" in l)
+        assert ("--contexts 33320" in line) == contexts, line
+    usage = subprocess.run(["bash", "scripts/run_row.sh"], capture_output=True, text=True, env=env)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: scripts/run_row.sh CONFIG [SEED]")
+
+
+def test_the_gpu_scripts_check_budget_and_keep_fast_runs_out_of_the_results(tmp_path):
+    """gpu_group_check.sh's BUDGET=abc was bash's 'unbound variable'; gpu_seeds.sh FAST=1 without
+    RUNS trained tiny runs under the committed plan's real run names."""
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    bad = subprocess.run(["bash", "scripts/gpu_group_check.sh"], capture_output=True, text=True, timeout=60,
+                         env=dict(env, BUDGET="abc"))
+    assert bad.returncode == 2 and bad.stderr == "gpu_group_check: error: BUDGET must be a whole number above 0, got 'abc'\n"
+    assert not (tmp_path / "out").exists()
+    dry = subprocess.run(["bash", "scripts/gpu_seeds.sh"], capture_output=True, text=True, timeout=120,
+                         env=dict(env, FAST="1", DRY_RUN="1"))
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("gpu_seeds: FAST=1: the runs go to /")
+    line = next(l for l in dry.stdout.splitlines() if "train.py" in l)
+    assert "run.dir=results/" not in line and "run.dir=/" in line

@@ -625,9 +625,13 @@ def test_a_run_another_sweep_holds_is_in_progress_elsewhere_not_failed(overrides
     assert not (held_dir / "last.pt").exists()
 
 
+@pytest.mark.parametrize("group", [[], ["--group", "2"]])
 def test_a_run_a_hand_started_training_holds_is_in_progress_elsewhere(overrides, tmp_path, monkeypatch,
-                                                                      capsys):
-    monkeypatch.setattr(launch_runs, "run_command", in_process([]))
+                                                                      capsys, group):
+    """Alone or in a group: with --group the held run was put in the group, whose train.py
+    --group refused the lock and so failed seed 2 as well (exit 1, seed 2 never trained)."""
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
     held_dir = tmp_path / "ptb-softmax-seed1"
     held_dir.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, '.'); "
@@ -637,11 +641,19 @@ def test_a_run_a_hand_started_training_holds_is_in_progress_elsewhere(overrides,
     try:
         assert holder.stdout.readline().strip() == "held"
         code = sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(tmp_path)])
+        assert code == 0
+        assert "1 in progress elsewhere" in capsys.readouterr().out
+        commands.clear()
+        code = sweep.main([CONFIG, *overrides, "--seeds", "1", "2", *group, "--out", str(tmp_path), "--dry-run"])
+        assert code == 0 and "--group" not in capsys.readouterr().out     # the held run is not grouped
+        code = sweep.main([CONFIG, *overrides, "--seeds", "1", "2", *group, "--out", str(tmp_path)])
     finally:
         holder.kill()
         holder.wait()
     assert code == 0
-    assert "1 in progress elsewhere" in capsys.readouterr().out
+    assert "1 done, 1 in progress elsewhere" in capsys.readouterr().out
+    assert [c[-1] for c in commands if Path(c[1]).name == "train.py"] == [f"run.dir={tmp_path / 'ptb-softmax-seed2'}"]
+    assert (tmp_path / "ptb-softmax-seed2" / "eval_best.json").is_file()
 
 
 def test_two_sweeps_of_one_plan_started_together_train_each_run_once(overrides, tmp_path):
