@@ -240,6 +240,7 @@ SEEDS_NEEDED = {
     "GSS below Softmax": [against("gss", "softmax", 32)],
     "LMS-PLIF and LMS-PLIF† above Softmax": [against("plif", "softmax", 32), against("plif_frozen", "softmax", 32)],
     "MoS below SS": [against("mos", "ss", 32)],
+    "LMS-PLIF above SS, and MoS below LMS-PLIF": [against("plif", "ss", 32), against("mos", "plif", 32)],
     "GSS behind SS, at the higher rank": [against("gss", "ss", 32)],
     "MoS below GSS": [against("mos", "gss", 32)],
     "Mixtape at d = 64 between Softmax and MoS": [against("mixtape", "softmax", 64), against("mixtape", "mos", 64)],
