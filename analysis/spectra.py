@@ -105,23 +105,21 @@ def setting_names(records: dict[Path, dict]) -> tuple[dict[Path, str], list[str]
     checkpoint when it is not best.pt, and the precision and number of contexts when the runs'
     differ (float32's rounding floor is not float64's, and fewer contexts give fewer values);
     and a note when they differ."""
-    keys = {d: (r.get("dtype"), r.get("contexts")) for d, r in records.items()}
-    dtypes, contexts = {k[0] for k in keys.values()}, {k[1] for k in keys.values()}
-    added, notes = {}, []
+    def contexts_of(record: dict) -> str:
+        return f"{record['contexts']:,}" if record.get("contexts") else "?"
+    dtypes = sorted({str(r.get("dtype")) for r in records.values()})
+    contexts = sorted({contexts_of(r) for r in records.values()})
+    added = {}
     for run_dir, record in records.items():
-        parts = []
-        if (checkpoint := Path(record.get("checkpoint", "best.pt")).name) != "best.pt":
-            parts.append(checkpoint)
-        if len(dtypes) > 1:
-            parts.append(str(record.get("dtype")))
-        if len(contexts) > 1:
-            parts.append(f"{record.get('contexts'):,} contexts" if record.get("contexts") else "contexts ?")
-        added[run_dir] = "".join(f", {p}" for p in parts)
-    if len(dtypes) > 1 or len(contexts) > 1:
-        notes.append("the spectra are not alike (" + "; ".join(
-            [f"precisions {', '.join(sorted(map(str, dtypes)))}"] * (len(dtypes) > 1)
-            + [f"contexts {', '.join(sorted(f'{c:,}' if c else '?' for c in contexts))}"] * (len(contexts) > 1))
-            + "): the legend names each curve's; rank them alike (rank.py --dtype, --contexts) to compare tails")
+        checkpoint = Path(record.get("checkpoint", "best.pt")).name
+        parts = ([checkpoint] if checkpoint != "best.pt" else []) + \
+                ([str(record.get("dtype"))] if len(dtypes) > 1 else []) + \
+                ([f"{contexts_of(record)} contexts"] if len(contexts) > 1 else [])
+        added[run_dir] = "".join(f", {part}" for part in parts)
+    unlike = ([f"precisions {', '.join(dtypes)}"] if len(dtypes) > 1 else []) + \
+             ([f"contexts {', '.join(contexts)}"] if len(contexts) > 1 else [])
+    notes = [f"the spectra are not alike ({'; '.join(unlike)}): the legend names each curve's; rank "
+             f"them alike (rank.py --dtype, --contexts) to compare tails"] if unlike else []
     return added, notes
 
 

@@ -522,6 +522,12 @@ def test_spectra_older_than_best_pt_are_left_out_and_unlike_ones_named(tmp_path)
         "the spectra are not alike (precisions float32, float64): the legend names each curve's; rank "
         "them alike (rank.py --dtype, --contexts) to compare tails"]
     assert [label for label, _, _ in collect(runs[1:2], transformed=False)[0]] == ["MoS, seed 1"]
+    # ranked over different numbers of contexts: named too
+    record = json.loads((runs[1] / "rank_test.json").read_text())
+    (runs[1] / "rank_test.json").write_text(json.dumps({**record, "dtype": "float32", "contexts": 40}))
+    curves, notes = collect(runs[1:], transformed=False)
+    assert [label for label, _, _ in curves] == ["MoS, seed 1, 40 contexts", "SS, seed 1, last.pt, 50 contexts"]
+    assert notes[-1].startswith("the spectra are not alike (contexts 40, 50): ")
 
 
 @pytest.mark.parametrize("script", ["rank", "report"])
