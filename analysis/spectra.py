@@ -108,7 +108,8 @@ def setting_names(records: dict[Path, dict]) -> tuple[dict[Path, str], list[str]
     def contexts_of(record: dict) -> str:
         return f"{record['contexts']:,}" if record.get("contexts") else "?"
     dtypes = sorted({str(r.get("dtype")) for r in records.values()})
-    contexts = sorted({contexts_of(r) for r in records.values()})
+    contexts = list(dict.fromkeys(contexts_of(r) for r in sorted(records.values(),
+                                                                key=lambda r: r.get("contexts") or 0)))
     added = {}
     for run_dir, record in records.items():
         checkpoint = Path(record.get("checkpoint", "best.pt")).name
