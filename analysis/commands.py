@@ -19,6 +19,7 @@ from experiment.cli import ArgumentParser
 from model.heads import HEADS
 
 from . import AnalysisError
+from .pooling import refuse_repeated_runs
 from .published import PUBLISHED_TABLES
 from .runs import config_matches, config_value, find_run_dirs, read_run_config
 
@@ -33,8 +34,44 @@ class Command:
     reads_runs: bool = True
 
 
+def output_prefix(text: str) -> str:
+    """An argparse type for --out PREFIX (PREFIX.md, .csv, .png are written): refused in one line
+    where the files could not be written as named, rather than a traceback after the work or
+    x.md.md beside the x.md that was meant."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a prefix for the files written (e.g. results/report/NAME)")
+    if text.endswith("/") or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: a folder; give a prefix inside it, e.g. {path / 'NAME'} "
+                                         f"(NAME.md, NAME.csv ... are written)")
+    if path.suffix.lower() in (".md", ".csv", ".png", ".json", ".pdf", ".svg"):
+        raise argparse.ArgumentTypeError(f"{text}: a prefix, not a file name: the files are {path.stem}.md, "
+                                         f"{path.stem}.csv ...; give {path.with_suffix('')}")
+    return writable_parent(text)
+
+
+def markdown_file(text: str) -> str:
+    """An argparse type for --out FILE (the Markdown also written there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected the Markdown file to write (e.g. results/report/NAME.md)")
+    if text.endswith("/") or Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: a folder; give the file to write in it, e.g. "
+                                         f"{Path(text) / 'NAME.md'}")
+    return writable_parent(text)
+
+
+def writable_parent(text: str) -> str:
+    """text, unless a folder above it is a file (the folder could not be made)."""
+    for parent in Path(text).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+            break
+    return text
+
+
 def prefix_out(parser, example: str = "results/figure2") -> None:
-    parser.add_argument("--out", required=True, help=f"output prefix, e.g. {example}")
+    parser.add_argument("--out", required=True, type=output_prefix, help=f"output prefix, e.g. {example}")
 
 
 def devices(parser) -> None:
@@ -52,7 +89,7 @@ def write_markdown(text: str, out: str | None) -> str:
 # ---------------------------------------------------------------------- the subcommands
 
 def table_arguments(parser) -> None:
-    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.csv")
+    parser.add_argument("--out", required=True, type=output_prefix, help="output prefix: writes PREFIX.md and PREFIX.csv")
     parser.add_argument("--group-by", action="append", default=[], metavar="KEY",
                         help="also split rows by this config key, e.g. head.k (repeatable; "
                              "rows are always split by dataset and head)")
@@ -89,7 +126,8 @@ def table(args, run_dirs) -> str:
 
 def wordsim_arguments(parser) -> None:
     parser.add_argument("--benchmarks", help="folder of EN-*.txt files (default: $AWD_DATA_DIR/word-similarity)")
-    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.md, PREFIX.csv and PREFIX_wins.png")
+    parser.add_argument("--out", required=True, type=output_prefix,
+                        help="output prefix: writes PREFIX.md, PREFIX.csv and PREFIX_wins.png")
     parser.add_argument("--by-head", action="store_true",
                         help="one row per head and dataset (rho: the mean ± sample std over its runs, with their n) instead of per run")
     devices(parser)
@@ -112,7 +150,7 @@ def top5_arguments(parser) -> None:
                         help="test-set positions p: predict token p+1 from the test prefix up to p")
     parser.add_argument("--contexts", nargs="+", default=[], metavar="TEXT", help="contexts as text")
     parser.add_argument("-k", type=int, default=5, help="predictions per model (default 5)")
-    parser.add_argument("--out", help="also write the Markdown to this file")
+    parser.add_argument("--out", type=markdown_file, help="also write the Markdown to this file")
     devices(parser)
 
 
@@ -247,7 +285,7 @@ def diagnose_arguments(parser) -> None:
                              "the head): what explains a run that never learnt")
     parser.add_argument("--every", type=positive_int, default=None,
                         help="report the gradient share every N steps (default 20)")
-    parser.add_argument("--out", help="also write PREFIX.md (the tables) and PREFIX.json (every value)")
+    parser.add_argument("--out", type=output_prefix, help="also write PREFIX.md (the tables) and PREFIX.json (every value)")
     devices(parser)
 
 
@@ -264,7 +302,7 @@ def diagnose(args, run_dirs) -> str:
 
 
 def published_arguments(parser) -> None:
-    parser.add_argument("--out", help="also write the Markdown to this file")
+    parser.add_argument("--out", type=markdown_file, help="also write the Markdown to this file")
 
 
 def published(args) -> str:
@@ -284,7 +322,7 @@ def seeds_arguments(parser) -> None:
                              "gain differs between two values (versus)")
     parser.add_argument("--power", type=float, default=0.8, help="the chance wanted that the 95%% "
                         "interval excludes zero (default 0.8)")
-    parser.add_argument("--out", help="also write the Markdown to this file")
+    parser.add_argument("--out", type=markdown_file, help="also write the Markdown to this file")
 
 
 def seeds(args) -> str:
@@ -394,6 +432,9 @@ def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
             raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
         wanted = {v.strip() for v in values.split(",")}
         kept = [d for d in run_dirs if config_matches(d, key, wanted)]
+        if kept and (absent := [v for v in wanted if not any(config_matches(d, key, {v}) for d in run_dirs)]):
+            # not refused: a plan's report may name runs still to come; but not silent (a typo)
+            print(f"note: --only {text}: no run has {key} = {', '.join(sorted(absent))}", file=sys.stderr)
         if not kept:
             present = run_values(run_dirs, key)
             runs = "the runs the --only before it kept" if index else "the runs"
@@ -426,5 +467,6 @@ def run(args) -> str:
     if not command.reads_runs:
         return command.run(args)
     run_dirs = select_runs(find_run_dirs(args.runs), args.only)
+    refuse_repeated_runs(run_dirs)
     check_group_by(run_dirs, getattr(args, "group_by", []))
     return command.run(args, run_dirs)

@@ -23,7 +23,8 @@ from . import AnalysisError
 from .figures import prefixed, pyplot, save
 from .published import GSS_GRID, dataset_label
 from .runs import dataset_order, head_label, markdown_table, write_csv
-from .tables import read_run
+from .pooling import compared, refuse_unlike
+from .tables import align_rank_settings, read_run
 
 GRID_KEYS = ("head.c", "head.k")
 
@@ -52,8 +53,18 @@ def collect_points(run_dirs: Sequence[Path]) -> tuple[dict[str, list[GridPoint]]
     """GSS runs' points by dataset, and a note per run left out (another head, a missing number)."""
     points: dict[str, list[GridPoint]] = {}
     notes = []
-    for run_dir in run_dirs:
-        run = read_run(run_dir, GRID_KEYS)
+    runs = [read_run(run_dir, GRID_KEYS) for run_dir in run_dirs]
+    gss = [run for run in runs if run.head == "gss"]
+    # Ranks over one number of contexts and one precision (a table's rule), and one r per
+    # dataset over runs that differ only in c, k and the seed: r over runs of two d's would
+    # measure d.
+    align_rank_settings(gss)                # a rank left out is in its run's missing notes
+    for dataset in dict.fromkeys(run.dataset for run in gss):
+        refuse_unlike(f"{dataset_label(dataset)}, the GSS(c, k) grid",
+                      [{k: v for k, v in compared(run.config).items() if k not in GRID_KEYS}
+                       for run in gss if run.dataset == dataset])
+    for run in runs:
+        run_dir = run.dir
         if run.head != "gss":
             notes.append(f"{run_dir}: a {head_label(run.head)} run, not GSS: left out")
         elif run.press_rank is None or run.test_ppl is None:

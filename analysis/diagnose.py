@@ -47,7 +47,7 @@ from experiment.loading import (TrainedModel, check_named_data_dir, code_version
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import head_label, read_json
+from .runs import head_label, read_json, require_best_pt
 from .tables import run_file_note
 
 MEASUREMENTS = ("perplexity", "spread", "slopes", "gradient-share")     # the columns' order
@@ -186,21 +186,19 @@ def run_config(run_dir: Path) -> Config:
     return load_config(path)
 
 
-def require_best_pt(run_dir: Path, measurements: Iterable[str]) -> None:
-    if (run_dir / "best.pt").is_file():
-        return
-    why = ("the run has no validated model yet (a last.pt, no best.pt)" if (run_dir / "last.pt").is_file()
-           else "no best.pt here (the run has none, or its checkpoints are elsewhere)")
+def require_measured_best_pt(run_dir: Path, measurements: Iterable[str]) -> None:
     reading = [m for m in READ_BEST_PT if m in measurements]
-    raise AnalysisError(f"{run_dir}: {why}; {' and '.join(reading)} read{'s' if len(reading) == 1 else ''} "
-                        f"it, --measure gradient-share perplexity need none")
+    try:
+        require_best_pt(run_dir, " and ".join(reading))
+    except AnalysisError as e:
+        raise AnalysisError(f"{e}, --measure gradient-share perplexity need none") from None
 
 
 def diagnose_run(run_dir: Path, measurements: Sequence[str], steps: int, every: int,
                  device: torch.device, data_dir: str | None = None) -> Diagnosis:
     trained = None
     if any(m in READ_BEST_PT for m in measurements):
-        require_best_pt(run_dir, measurements)
+        require_measured_best_pt(run_dir, measurements)
         trained = load_trained(run_dir, device, data_dir)
         config, corpus = trained.config, trained.corpus
     else:

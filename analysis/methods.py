@@ -15,19 +15,31 @@ from typing import Sequence
 from experiment.run_directory import FINETUNE_DIR
 from . import AnalysisError
 from .figures import prefixed
-from .runs import head_label, markdown_table, read_json, write_csv
+from .runs import config_value, head_label, markdown_table, read_json, read_run_config, write_csv
 from .stats import combination, welch
-from .tables import read_run
+from .pooling import compared, refuse_unlike
+from .tables import read_run, run_file_note
 
 METHODS = (("plain", "eval_best.json"), ("cache", "eval_best_cache.json"),
            ("dynamic", "eval_best_dynamic.json"))
 SPLITS = (("val_ppl", "valid"), ("test_ppl", "test"))
 
 
-def method_results(run_dir: Path) -> dict[str, dict]:
-    """method -> the JSON evaluate.py wrote for it in run_dir (methods not run are left out)."""
-    found = {method: read_json(run_dir / name) for method, name in METHODS}
-    return {method: results for method, results in found.items() if results is not None}
+def method_results(run_dir: Path, left_out: list[str] | None = None) -> dict[str, dict]:
+    """method -> the JSON evaluate.py wrote for it in run_dir (methods not run are left out, and
+    so is a file not of the weights best.pt holds now, as report.py table leaves it out: its note
+    goes to `left_out`)."""
+    found = {}
+    for method, name in METHODS:
+        results = read_json(run_dir / name)
+        if results is None:
+            continue
+        if note := run_file_note(run_dir, name, results):
+            if left_out is not None:
+                left_out.append(f"`{run_dir}`: {note}")
+            continue
+        found[method] = results
+    return found
 
 
 def method_setting(results: dict) -> str:
@@ -46,15 +58,20 @@ def method_setting(results: dict) -> str:
 def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     """PREFIX.md and PREFIX.csv; returns the Markdown."""
     listed = []                          # (run, its d, [(stage, results by method)])
+    left_out, plain_only = [], []
     for run_dir in run_dirs:
         stages = [("trained", run_dir), ("finetuned", run_dir / FINETUNE_DIR)]
-        evaluated = [(stage, method_results(folder)) for stage, folder in stages if folder.is_dir()]
+        evaluated = [(stage, found) for stage, folder in stages if folder.is_dir()
+                     for found in [method_results(folder, left_out)] if found]
         if not any(set(found) - {"plain"} for _, found in evaluated) and len(evaluated) < 2:
-            continue                    # neither finetuned nor evaluated with a method
+            plain_only.append(run_dir)   # neither finetuned nor evaluated with a method
+            continue
         run = read_run(run_dir, group_by=["model.emsize"])
         listed.append((run, run.group[0], evaluated))
     if not listed:
-        raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic")
+        raise AnalysisError("no run was finetuned or evaluated with --cache or --dynamic"
+                            + (": " + "; ".join(left_out) if left_out else ""))
+    refuse_unlike_cells(listed)
     # Runs of several d (a d-sweep's) are told apart by it.
     several_d = len({d for _, d, _ in listed}) > 1
     rows, csv_rows = [], []
@@ -73,12 +90,51 @@ def write_methods(run_dirs: Sequence[Path], out_prefix: Path) -> str:
               "evaluation (eval_best_dynamic.json), at the settings each file records; — not run.\n")
     text += settings_markdown(listed, several_d)
     text += cells_markdown(listed, several_d)
+    text += omitted_seeds_markdown(listed, plain_only, several_d)
+    if left_out:
+        text += ("\nLeft out (not of the weights best.pt holds now, or of another head, corpus or test "
+                 "batch size):\n\n" + "".join(f"- {note}\n" for note in left_out))
     prefixed(out_prefix, ".md").parent.mkdir(parents=True, exist_ok=True)
     prefixed(out_prefix, ".md").write_text(text, encoding="utf-8")
     write_csv(prefixed(out_prefix, ".csv"),
               ["dataset", "head", "emsize", "seed", "weights", *(f"{name}_{m}" for _, name in SPLITS for m, _ in METHODS)],
               csv_rows)
     return text
+
+
+def omitted_seeds_markdown(listed, plain_only: Sequence[Path], several_d: bool) -> str:
+    """A cell holds only the runs listed (finetuned or evaluated with a method): the line that
+    says which of its seeds, evaluated plainly only, it leaves out, where a reader would read its
+    n against report.py table's, which pools them all; "" when none."""
+    cells = {(run.head, d) for run, d, _ in listed}
+    omitted: dict[tuple, int] = {}
+    for run_dir in plain_only:
+        config = read_run_config(run_dir)
+        key = (config_value(config, "head.name"), config_value(config, "model.emsize"))
+        if key in cells:
+            omitted[key] = omitted.get(key, 0) + 1
+    if not omitted:
+        return ""
+    named = ", ".join(f"{head_label(head)}{f' at d = {d}' if several_d else ''} {count}"
+                      for (head, d), count in omitted.items())
+    return (f"\nA cell holds only its runs above. Seeds of these cells evaluated plainly only, neither "
+            f"finetuned nor with a method, are not in them ({named}); report.py table pools every seed.\n")
+
+
+def refuse_unlike_cells(listed) -> None:
+    """A cell (a head at one d) pools its runs as seeds, and sets them against Softmax's at the
+    same d: its runs must be seeds of one configuration, and Softmax's of the same one but for
+    the head (pooling.py); a run of another corpus or learning rate is refused in one line."""
+    by_cell: dict[tuple, list] = {}
+    for run, d, _ in listed:
+        by_cell.setdefault((run.head, d), []).append(compared(run.config))
+    for (head, d), settings in by_cell.items():
+        refuse_unlike(f"{head_label(head)} at d = {d}", settings)
+        softmax = by_cell.get(("softmax", d))
+        if head != "softmax" and softmax:
+            def body(setting):
+                return {k: v for k, v in setting.items() if not k.startswith("head.")}
+            refuse_unlike(f"{head_label(head)} and Softmax at d = {d}", [body(settings[0]), body(softmax[0])])
 
 
 def settings_markdown(listed, several_d: bool) -> str:

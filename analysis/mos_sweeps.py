@@ -30,7 +30,8 @@ from .figures import prefixed, pyplot, save
 from .published import SM_TABLE12, SM_TABLES_4_5, PublishedRow, dataset_label, same_value
 from .runs import dataset_order, head_label, markdown_table
 from .stats import welch
-from .tables import Row, group_rows, read_run
+from .pooling import compared, refuse_unlike
+from .tables import Row, align_rank_settings, group_rows, read_run
 
 KEYS = ("head.components", "head.dropoutl", "train.asgd_trigger")
 BASE_COMPONENTS, BASE_DROPOUTL = 15, 0.29        # [SB]'s MoS: the fixed value of each sweep
@@ -82,20 +83,40 @@ def collect(run_dirs: Sequence[Path]) -> tuple[dict[str, list[Point]], list[str]
             notes.append(f"{run_dir}: a {head_label(run.head)} run, not MoS: left out")
     if not results:
         raise AnalysisError("no MoS run among the runs given" + (": " + "; ".join(notes) if notes else ""))
+    notes += align_rank_settings(results)   # one number of contexts and precision for every rank
+    rows = group_rows(results, KEYS, unlike="refuse")
+    for dataset in dict.fromkeys(row.dataset for row in rows):
+        for name in SWEEPS:
+            # a sweep's steps are read as K's (or dropoutl's): its points may differ in nothing else
+            refuse_unlike(f"{dataset_label(dataset)}, the {SWEEPS[name]} sweep",
+                          [{k: v for k, v in compared(run.config).items() if k not in KEYS}
+                           for row in rows if row.dataset == dataset and in_sweep(row.group[0], row.group[1], name)
+                           for run in row.runs])
+    notes += [f"{dataset_label(row.dataset)}: MoS with K = {row.group[0]}, dropoutl {row.group[1]:g} "
+              f"({len(row.runs)} run{'s' if len(row.runs) > 1 else ''}): in neither sweep (K at dropoutl "
+              f"{BASE_DROPOUTL}, dropoutl at K = {BASE_COMPONENTS}): left out"
+              for row in rows if not any(in_sweep(row.group[0], row.group[1], name) for name in SWEEPS)]
     points: dict[str, list[Point]] = {}
-    for row in group_rows(results, KEYS, unlike="refuse"):
+    for row in rows:
         points.setdefault(row.dataset, []).append(measured_point(row))
     return dict(sorted(points.items(), key=lambda item: dataset_order(item[0]))), notes
 
 
-def sweep(points: Sequence[Point], name: str) -> list[Point]:
-    """The points of one sweep: K varies at dropoutl 0.29, or dropoutl varies at K = 15; sorted
-    in the direction [SB] reads it (K growing, dropoutl falling)."""
+SWEEPS = {"components": "K", "dropoutl": "dropoutl"}
+
+
+def in_sweep(components, dropoutl, name: str) -> bool:
+    """K varies at dropoutl 0.29; dropoutl varies at K = 15."""
     if name == "components":
-        chosen = [p for p in points if same_value(p.dropoutl, BASE_DROPOUTL)]
-        return sorted(chosen, key=lambda p: p.components)
-    chosen = [p for p in points if p.components == BASE_COMPONENTS]
-    return sorted(chosen, key=lambda p: -p.dropoutl)
+        return same_value(dropoutl, BASE_DROPOUTL)
+    return components == BASE_COMPONENTS
+
+
+def sweep(points: Sequence[Point], name: str) -> list[Point]:
+    """The points of one sweep (in_sweep), sorted in the direction [SB] reads it (K growing,
+    dropoutl falling)."""
+    chosen = [p for p in points if in_sweep(p.components, p.dropoutl, name)]
+    return sorted(chosen, key=(lambda p: p.components) if name == "components" else (lambda p: -p.dropoutl))
 
 
 def paper_points(dataset: str, name: str) -> tuple[list[Point], str]:

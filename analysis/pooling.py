@@ -16,6 +16,7 @@ import math
 from experiment.config import SECTIONS
 from model.heads import HEADS
 from . import AnalysisError
+from .runs import read_run_config
 
 # The keys that may differ between runs pooled together, and why none of them changes what a run
 # computes beyond floating-point rounding. Every other key is compared: those that change the
@@ -95,8 +96,10 @@ def differing_keys(settings: list[dict]) -> list[str]:
 
 
 def describe_values(settings: list[dict], keys: list[str]) -> str:
-    """ "train.epochs (6.0, 70.0), train.plateau_gain (None, 0.01)": each key's values, once each."""
-    return ", ".join(f"{key} ({', '.join(dict.fromkeys(str(s.get(key)) for s in settings))})" for key in keys)
+    """ "train.epochs (6, 70), train.plateau_gain (None, 0.01)": each key's values, once each."""
+    def shown(value) -> str:          # compared() made numbers floats: 16, not 16.0
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    return ", ".join(f"{key} ({', '.join(dict.fromkeys(shown(s.get(key)) for s in settings))})" for key in keys)
 
 
 def refuse_unlike(what: str, settings: list[dict]) -> None:
@@ -105,3 +108,21 @@ def refuse_unlike(what: str, settings: list[dict]) -> None:
     if keys:
         raise AnalysisError(f"{what}: the runs are not seeds of one configuration, they differ in "
                             f"{describe_values(settings, keys)}; choose one with --only KEY=VALUE")
+
+
+def refuse_repeated_runs(run_dirs) -> None:
+    """One line if two of the run directories are one configuration trained with one seed (a copy
+    of a run, or the same seed trained again): a report would count that seed twice, and an
+    interval over its cell would be narrower than the runs give. Runs without config.yaml pass."""
+    seen: dict[tuple, object] = {}
+    for run_dir in run_dirs:
+        config = read_run_config(run_dir)
+        if not config:
+            continue
+        setting = resolved(config)
+        key = (repr(sorted(compared(setting).items())), repr(setting.get("train.seed")))
+        if key in seen:
+            raise AnalysisError(f"{seen[key]} and {run_dir} are one configuration with one seed "
+                                f"({setting.get('train.seed')}): a copy, or the seed trained twice; a "
+                                f"report counts each seed once: give one of them")
+        seen[key] = run_dir

@@ -17,7 +17,7 @@ import torch
 from data.batching import batchify
 from evaluation.loop import iterate_chunks
 from . import AnalysisError
-from .runs import markdown_table
+from .runs import markdown_table, require_best_pt
 
 SHOWN_CONTEXT = 20    # tokens of a test prefix shown before the predicted word
 
@@ -125,6 +125,7 @@ def top_k_report(run_dirs: Sequence[Path], positions: Sequence[int], texts: Sequ
         raise AnalysisError("give test --positions and/or --contexts")
     predictions, contexts, dataset = [], None, None
     for run_dir in run_dirs:
+        require_best_pt(run_dir, "report.py top5")
         run = load_trained(run_dir, device, data_dir)
         if dataset is not None and run.corpus.name != dataset:
             raise AnalysisError(f"{run_dir}: trained on {run.corpus.name}, the runs before it on "

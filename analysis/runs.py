@@ -107,9 +107,21 @@ def read_run_config(run_dir: Path) -> dict:
 
 
 def config_matches(run_dir: Path, key: str, values: set[str]) -> bool:
-    """Whether the run's config.yaml has `key` at one of `values`, compared as text."""
+    """Whether the run's config.yaml has `key` at one of `values`: as text, or as numbers where
+    both are numbers (train.lr=20 matches 20.0, model.emsize=32.0 matches 32)."""
     value = config_value(read_run_config(run_dir), key)
-    return value is not None and str(value) in values
+    if value is None:
+        return False
+    return str(value) in values or any(same_number(value, text) for text in values)
+
+
+def same_number(value, text: str) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return float(text) == float(value)
+    except ValueError:
+        return False
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -124,3 +136,15 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> No
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
+
+
+def require_best_pt(run_dir: Path, readers: str) -> None:
+    """One line when run_dir has no best.pt for `readers` (e.g. "report.py top5"), which read a
+    run directory's best.pt only: a run before its first validation is told apart from a run
+    whose checkpoints are elsewhere (committed results hold none)."""
+    if (run_dir / "best.pt").is_file():
+        return
+    why = ("the run has no validated model yet (a last.pt, no best.pt: train.py writes it when the "
+           "run first validates)" if (run_dir / "last.pt").is_file()
+           else "no best.pt here (the run has none, or its checkpoints are elsewhere)")
+    raise AnalysisError(f"{run_dir}: {why}; {readers} read{'s' if ' and ' not in readers else ''} it")

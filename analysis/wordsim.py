@@ -18,7 +18,7 @@ from scipy import stats
 
 from . import AnalysisError
 from .pooling import compared, refuse_unlike, resolved
-from .runs import head_label, markdown_table, read_run_config, write_csv
+from .runs import head_label, markdown_table, read_run_config, require_best_pt, write_csv
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,7 @@ def score_runs(run_dirs: Sequence[Path], benchmarks: Sequence[Benchmark], device
 
     rows = []
     for run_dir in run_dirs:
+        require_best_pt(run_dir, "report.py wordsim")
         run = load_trained(run_dir, device, data_dir)
         embeddings = run.model.body.encoder.weight.detach().cpu().double().numpy()
         word_to_id = run.corpus.word_to_id()

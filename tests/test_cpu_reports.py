@@ -255,22 +255,54 @@ def test_methods_pool_and_compare_plain_results_only_at_the_same_batch_sizes(tmp
         (run / "eval_best_cache.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 190.0 + seed}))
     assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
     assert "- plain: valid batch size 10, test batch size 1 (every run)" in (tmp_path / "m.md").read_text()
+    # a plain result at another test batch size than the run's own is not the run's (as in a
+    # table): left out with its note, not pooled
     mos2 = root / "ptb-mos-model.emsize=32-seed2" / "eval_best.json"
     mos2.write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 150.0, "val_batch_size": 10, "test_batch_size": 10}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
+    markdown = (tmp_path / "m.md").read_text()
+    assert (f"- `{mos2.parent}`: eval_best.json is at test batch size 10, the run's train.test_batch_size "
+            f"is 1: run python evaluate.py {mos2.parent}") in markdown
+    mos2.write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 150.0, "val_batch_size": 10, "test_batch_size": 1}))
+    # a method's seeds at different settings are not one measurement; nor a head's against Softmax's
+    cache = {"val_ppl": 1.0, "test_ppl": 150.0}
+    (mos2.parent / "eval_best_cache.json").write_text(json.dumps({**cache, "settings": {"theta": 0.3}}))
     capsys.readouterr()
     assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err == (
-        "error: MoS, trained: its runs' plain results were computed at different settings (valid batch size "
-        "10, test batch size 1 / valid batch size 10, test batch size 10): evaluate them alike, or choose "
-        "runs with --only\n")
-    for seed in (1, 2):
-        (root / f"ptb-mos-model.emsize=32-seed{seed}" / "eval_best.json").write_text(json.dumps(
-            {"val_ppl": 1.0, "test_ppl": 150.0, "val_batch_size": 10, "test_batch_size": 10}))
+        "error: MoS, trained: its runs' cache results were computed at different settings (not recorded / "
+        "theta 0.3): evaluate them alike, or choose runs with --only\n")
+    (root / "ptb-mos-model.emsize=32-seed1" / "eval_best_cache.json").write_text(
+        json.dumps({**cache, "settings": {"theta": 0.3}}))
     assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err == (
-        "error: MoS, trained and Softmax, trained: their plain results were computed at different settings "
-        "(valid batch size 10, test batch size 10 / valid batch size 10, test batch size 1): evaluate them "
-        "alike, or choose runs with --only\n")
+        "error: MoS, trained and Softmax, trained: their cache results were computed at different settings "
+        "(theta 0.3 / not recorded): evaluate them alike, or choose runs with --only\n")
+
+
+def test_methods_refuse_unlike_runs_in_a_cell_and_say_the_seeds_they_leave_out(tmp_path, capsys):
+    """A newcomer's cell pooled a WikiText-2 run with PTB's, and a MoS at another lr; a cell's
+    seeds evaluated plainly only were left out without a word."""
+    import yaml
+    root = tmp_path / "runs"
+    for head, seed in (("softmax", 1), ("softmax", 2), ("mos", 1), ("mos", 2), ("mos", 3)):
+        run = cpu_run(root, head, seed)
+        (run / "eval_best.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 200.0 + seed}))
+        if seed < 3:
+            (run / "eval_best_cache.json").write_text(json.dumps({"val_ppl": 1.0, "test_ppl": 190.0 + seed}))
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 0
+    assert ("A cell holds only its runs above. Seeds of these cells evaluated plainly only, neither finetuned "
+            "nor with a method, are not in them (MoS 1); report.py table pools every seed.") in \
+        (tmp_path / "m.md").read_text()
+    config_path = root / "ptb-mos-model.emsize=32-seed2" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["train"]["lr"] = 5
+    config_path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert report.main(["methods", str(root), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: MoS at d = 32: the runs are not seeds of one configuration, they differ in "
+                          "train.lr (") and err.count("\n") == 1, err
 
 
 def test_a_test_ppl_at_another_batch_size_than_the_runs_own_is_listed_not_pooled(tmp_path):
@@ -315,3 +347,47 @@ def test_only_keeps_the_runs_with_those_config_values(tmp_path, capsys):
                         "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip() == ("error: --only model.emsize=64: no run has that value; the runs "
                                                "the --only before it kept have model.emsize = 16, 32")
+
+
+def test_a_copy_of_a_run_is_refused_not_counted_as_another_seed(tmp_path, capsys):
+    """A newcomer gave a folder and a copy of two of its runs: methods counted four MoS seeds and
+    its p fell from 0.14 to 0.0039. Every report reading runs refuses one configuration and seed twice."""
+    import shutil
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 32, 250.0, 34), ("softmax", 2, 32, 252.0, 34),
+                                           ("mos", 1, 32, 240.0, 900)])
+    copy = tmp_path / "copy" / "ptb-mos-model.emsize=32-seed1"
+    shutil.copytree(root / "ptb-mos-model.emsize=32-seed1", copy)
+    for command in ("table", "cost", "curves"):
+        assert report.main([command, str(root), str(tmp_path / "copy"), "--out", str(tmp_path / command)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {root / 'ptb-mos-model.emsize=32-seed1'} and {copy} are one configuration with one seed (1): "
+            f"a copy, or the seed trained twice; a report counts each seed once: give one of them\n")
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+
+
+def test_only_matches_numbers_as_numbers_and_names_a_value_no_run_has(tmp_path, capsys):
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 16, 300.0, 18), ("mos", 1, 32, 240.0, 900)])
+    assert report.main(["table", str(root), "--only", "model.emsize=32.0", "--out", str(tmp_path / "t")]) == 0
+    assert "| MoS |" in (tmp_path / "t.md").read_text() and "| Softmax |" not in (tmp_path / "t.md").read_text()
+    capsys.readouterr()
+    assert report.main(["table", str(root), "--only", "head.name=mos,softmx", "--out", str(tmp_path / "t")]) == 0
+    assert "note: --only head.name=mos,softmx: no run has head.name = softmx\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out, message", [
+    ("", "expected a prefix for the files written (e.g. results/report/NAME)"),
+    ("{tmp}/", "{tmp}/: a folder; give a prefix inside it, e.g. {tmp}/NAME (NAME.md, NAME.csv ... are written)"),
+    ("{tmp}/x.md", "{tmp}/x.md: a prefix, not a file name: the files are x.md, x.csv ...; give {tmp}/x"),
+    ("{tmp}/file/x", "{tmp}/file/x: {tmp}/file is a file, not a folder"),
+])
+def test_an_output_prefix_that_cannot_be_written_as_named_is_refused_first(out, message, tmp_path, capsys):
+    """--out x.md wrote x.md.md; --out DIR/ wrote DIR.md beside it; a file as a parent and an
+    empty --out were tracebacks after the work."""
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 32, 250.0, 34)])
+    (tmp_path / "file").write_text("")
+    for command in ("table", "cost", "methods", "capacity"):
+        with pytest.raises(SystemExit) as exit_info:
+            report.main([command, str(root), "--out", out.format(tmp=tmp_path)])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == (f"report.py {command}: error: argument --out: "
+                                           f"{message.format(tmp=tmp_path)}\n")

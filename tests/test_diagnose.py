@@ -155,7 +155,8 @@ def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, capsys):
     assert report.main(["diagnose", str(tmp_path / "empty")]) == 2
     assert "not a run directory and holds none" in one_line(capsys)
     assert report.main(["diagnose", str(runs["early"])]) == 2
-    assert (f"{runs['early']}: the run has no validated model yet (a last.pt, no best.pt); spread and "
+    assert (f"{runs['early']}: the run has no validated model yet (a last.pt, no best.pt: train.py writes "
+            f"it when the run first validates); spread and "
             f"slopes read it, --measure gradient-share perplexity need none") in one_line(capsys)
     assert report.main(["diagnose", str(runs["softmax"]), "--measure", "gradient-share",
                         "--steps", "100000"]) == 2

@@ -422,3 +422,38 @@ def test_docs_published_is_the_generated_page(capsys):
     assert Path("docs/published.md").read_text(encoding="utf-8") == published_markdown()
     assert report.main(["published"]) == 0
     assert "| Softmax | PTB | 24.22M | ~55 | 33.91 ± 0.25 | 59.55 ± 0.12 | 57.08 ± 0.09 |" in capsys.readouterr().out
+
+
+def test_the_sweeps_and_the_grid_refuse_points_that_differ_in_another_key(gss_grid, mos_runs, tmp_path, capsys):
+    """A newcomer's Figure 6 set K = 15 at d = 16 against K = 5 at d = 32 and read the step as K's;
+    Figure 2's r ran over GSS runs of three d's; ranks over 2,000 contexts were averaged with ranks
+    over 10,000; MoS runs in neither sweep vanished without a note."""
+    import yaml
+
+    def at_d_16(run_dir: Path) -> None:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config.setdefault("model", {})["emsize"] = 16
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    root, _ = gss_grid
+    at_d_16(root / "gss-c0.0-k2.5")
+    assert report.main(["correlation", str(root), "--out", str(tmp_path / "f2")]) == 2
+    assert capsys.readouterr().err.startswith("error: PTB, the GSS(c, k) grid: the runs are not seeds of one "
+                                              "configuration, they differ in model.emsize (")
+    for seed in (1, 2):                                     # K = 10 at another d than the others
+        at_d_16(mos_runs / f"ptb-k10-seed{seed}")
+    assert report.main(["capacity", str(mos_runs), "--out", str(tmp_path / "f6")]) == 2
+    assert capsys.readouterr().err.startswith("error: PTB, the K sweep: the runs are not seeds of one "
+                                              "configuration, they differ in model.emsize (")
+    assert report.main(["capacity", str(mos_runs), "--only", "data.dataset=wikitext-2",
+                        "--out", str(tmp_path / "f6")]) == 0
+    # a MoS point in neither sweep is named; a rank over other contexts is left out, not averaged
+    fake_run(mos_runs, "wikitext-2-k4", "wikitext-2", "mos", 1, test_ppl=70.0, press_rank=5000,
+             config={"head": {"components": 4, "dropoutl": 0.145}, "train": {"asgd_trigger": "nt"}})
+    ranked = mos_runs / "wikitext-2-k20-seed2" / "rank_test.json"
+    ranked.write_text(json.dumps({**json.loads(ranked.read_text()), "contexts": 2000}))
+    assert report.main(["capacity", str(mos_runs), "--only", "data.dataset=wikitext-2",
+                        "--out", str(tmp_path / "f6")]) == 0
+    markdown = (tmp_path / "f6.md").read_text()
+    assert ("- WikiText-2: MoS with K = 4, dropoutl 0.145 (1 run): in neither sweep (K at dropoutl 0.29, "
+            "dropoutl at K = 15): left out") in markdown
+    assert f"`{ranked.parent}`: rank_test.json is over 2000 contexts in None" in markdown

@@ -65,3 +65,16 @@ def test_markdown_side_by_side(tiny_run, tmp_path, capsys):
     assert report.main(["top5", str(tiny_run), "--contexts", "the nonword"]) == 2
     assert capsys.readouterr().err.strip() == \
         "error: context 'the nonword': 'nonword' is not in the ptb vocabulary"
+
+
+@pytest.mark.parametrize("command", ["top5", "wordsim"])
+def test_a_run_without_best_pt_is_one_line_that_points_nowhere_refused(command, tiny_run, tmp_path, capsys):
+    """The message offered RUN/last.pt, which report.py refuses (it takes run directories)."""
+    import shutil
+    early = tmp_path / "early"
+    shutil.copytree(tiny_run, early, ignore=shutil.ignore_patterns("best.pt"))
+    extra = ["--positions", "3"] if command == "top5" else ["--out", str(tmp_path / "ws")]
+    assert report.main([command, str(early), *extra]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {early}: the run has no validated model yet (a last.pt, no best.pt: train.py writes it when "
+        f"the run first validates); report.py {command} reads it\n")

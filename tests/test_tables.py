@@ -289,7 +289,7 @@ def test_runs_of_other_configurations_are_separate_rows_not_seeds(tmp_path, caps
     assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: Softmax (model.emsize=64)") and "\n" not in err, err
-    assert "not seeds of one configuration" in err and "train.lr (20.0, 5.0)" in err
+    assert "not seeds of one configuration" in err and "train.lr (20, 5)" in err
     assert not (tmp_path / "v.md").exists()
 
 
