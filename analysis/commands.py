@@ -329,8 +329,9 @@ def seeds(args) -> str:
     from .stats import power_table
     if not 0 < args.spread < 100:
         raise AnalysisError(f"--spread: expected a percentage between 0 and 100, got {args.spread:g}")
-    if args.cells < 2:
-        raise AnalysisError(f"--cells: expected 2 or more, got {args.cells}")
+    if args.cells not in (2, 4):
+        raise AnalysisError(f"--cells: expected 2 (one row against another) or 4 (how a gain differs "
+                            f"between two values), got {args.cells}")
     if not 0 < args.power < 1:
         raise AnalysisError(f"--power: expected a probability between 0 and 1, got {args.power:g}")
     for change in args.change:
@@ -350,13 +351,13 @@ COMMANDS: dict[str, Command] = {
     "top5": Command("top-k next-word predictions side by side", top5_arguments, top5),
     "spectra": Command("singular-value curves of the test log-P matrices", spectra_arguments, spectra),
     "correlation": Command("[SB] Figure 2: Press rank against test ppl of the GSS(c, k) runs, Pearson r "
-                           "beside the paper's (PREFIX.png, .md, .csv)", prefix_out, correlation),
+                           "beside the paper's (PREFIX.png, .md, .csv)", lambda parser: prefix_out(parser, "results/report/figure2"), correlation),
     "capacity": Command("[SB] Figure 6: MoS train / test ppl and parameters against K (PREFIX.png, .md)",
-                        prefix_out, capacity),
+                        lambda parser: prefix_out(parser, "results/report/figure6"), capacity),
     "mos-rank": Command("[SB] Figure 5: MoS test ppl against Press rank as K grows and as dropoutl "
-                        "falls (PREFIX.png, .md)", prefix_out, mos_rank),
+                        "falls (PREFIX.png, .md)", lambda parser: prefix_out(parser, "results/report/figure5"), mos_rank),
     "robustness": Command("[SB] SM Tables 14-16 from robustness_test.json (rank.py --robustness) "
-                          "(PREFIX.md, .png)", prefix_out, robustness),
+                          "(PREFIX.md, .png)", lambda parser: prefix_out(parser, "results/report/sm_tables14-16"), robustness),
     "curves": Command("validation ppl against epoch, one line per head (mean over its runs, their "
                       "range shaded), the ASGD switch marked (PREFIX.png, .md)", curves_arguments, curves),
     "versus": Command("test ppl and Press rank against a config key, one line per head; each "

@@ -169,7 +169,8 @@ def write_cost(run_dirs: Sequence[Path], out_prefix: Path) -> str:
                   hours(sum(c.other_cpu_s for c in counted)), f"**{hours(total, cpu_at_least)}**{any_marked}",
                   hours(sum(c.wall_s for c in counted), not all(c.every_sitting for c in counted)) + any_marked,
                   "", *([""] if gpu else [])])
-    markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run directories, "
+    markdown = (f"CPU time (user + system) of every command sweep.py ran in {len(costs)} run "
+                f"director{'y' if len(costs) == 1 else 'ies'}, "
                 f"from their {CPU_TIMES} and the epochs' cpu_seconds in metrics.jsonl: "
                 f"{'at least ' if cpu_at_least else ''}{total / 3600:.2f} CPU-hours in all"
                 f"{' (the runs trained on a CPU)' if gpu else ''}. Train CPU: "

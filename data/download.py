@@ -165,7 +165,11 @@ def _manual_hint(dataset: str, folder: Path) -> str:
     env = os.environ.get("AWD_DATA_DIR")
     # Where the folder came from $AWD_DATA_DIR, say so: "set AWD_DATA_DIR" reads as unset.
     from_env = env and Path(env).expanduser() / dataset == folder
+    # Set, but not where the folder came from: a config's data.data_dir (or a --data-dir) is read
+    # before AWD_DATA_DIR, so setting it again would not help.
     other = (f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if from_env
+             else f"pass --data-dir (AWD_DATA_DIR, {env}, is not read: data.data_dir or --data-dir names "
+                  f"{folder.parent})" if env
              else "set AWD_DATA_DIR / pass --data-dir")
     return (
         f"place {', '.join(SPLIT_FILES)} of {dataset} in {folder} by hand "

@@ -268,6 +268,11 @@ def test_an_awd_data_dir_without_the_corpus_is_named_as_set(tmp_path: Path, monk
         ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])
     assert f"(or point AWD_DATA_DIR, now {tmp_path / 'nowhere'}, or pass --data-dir to a folder holding ptb/)" \
         in str(info.value)
+    # set, but a run's data.data_dir names another folder, read first: pointing it again would not help
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path / "elsewhere", urls=[refused_url()])
+    assert (f"(or pass --data-dir (AWD_DATA_DIR, {tmp_path / 'nowhere'}, is not read: data.data_dir or "
+            f"--data-dir names {tmp_path / 'elsewhere'}) to a folder holding ptb/)") in str(info.value)
     monkeypatch.delenv("AWD_DATA_DIR")
     with pytest.raises(DataError) as info:
         ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])

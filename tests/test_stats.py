@@ -166,7 +166,8 @@ def test_report_seeds_takes_the_reports_percentages(capsys):
     assert f"| +3% | {seeds_needed(math.log1p(0.03), 0.015, cells=4)} |" in capsys.readouterr().out
     for argv, message in ((["--change", "0", "--spread", "1"], "--change: expected a nonzero percentage"),
                           (["--change", "-1", "--spread", "0"], "--spread: expected a percentage between 0 and 100"),
-                          (["--change", "-1", "--spread", "1", "--cells", "1"], "--cells: expected 2 or more"),
+                          (["--change", "-1", "--spread", "1", "--cells", "1"], "--cells: expected 2 (one row"),
+                          (["--change", "-1", "--spread", "1", "--cells", "3"], "or 4 (how a gain differs"),
                           (["--change", "-1", "--spread", "1", "--power", "1"], "--power: expected a probability")):
         assert report.main(["seeds", *argv]) == 2
         err = capsys.readouterr().err.strip()
