@@ -22,7 +22,7 @@ from scipy import stats
 from . import AnalysisError
 from .figures import prefixed, pyplot, save
 from .published import GSS_GRID, dataset_label
-from .runs import dataset_order, head_label, markdown_table, write_csv
+from .runs import dataset_order, head_label, heads_named, markdown_table, write_csv
 from .pooling import compared, refuse_unlike
 from .tables import align_rank_settings, read_run
 
@@ -75,8 +75,10 @@ def collect_points(run_dirs: Sequence[Path]) -> tuple[dict[str, list[GridPoint]]
             points.setdefault(run.dataset, []).append(
                 GridPoint(run_dir, c, k, run.seed, run.press_rank, run.test_ppl))
     if not points:
+        unmeasured = [note for note in notes if "not GSS: left out" not in note]
         raise AnalysisError("no GSS run with both a test perplexity and a Press rank: "
-                            + ("; ".join(notes) if notes else "no runs given"))
+                            + ("; ".join(unmeasured) if unmeasured else
+                               f"the runs given are of other heads ({heads_named([r.head for r in runs])})"))
     return dict(sorted(points.items(), key=lambda item: dataset_order(item[0]))), notes
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from . import AnalysisError
 from .figures import prefixed, pyplot, save
 from .published import SM_TABLE12, SM_TABLES_4_5, PublishedRow, dataset_label, same_value
-from .runs import dataset_order, head_label, markdown_table
+from .runs import dataset_order, head_label, heads_named, markdown_table
 from .stats import welch
 from .pooling import compared, refuse_unlike
 from .tables import Row, align_rank_settings, group_rows, read_run
@@ -74,15 +74,16 @@ def paper_point(row: PublishedRow) -> Point:
 
 def collect(run_dirs: Sequence[Path]) -> tuple[dict[str, list[Point]], list[str]]:
     """Measured points of the MoS runs by dataset, and a note per run that is not MoS."""
-    results, notes = [], []
+    results, notes, others = [], [], []
     for run_dir in run_dirs:
         run = read_run(run_dir, KEYS)
         if run.head == "mos":
             results.append(run)
         else:
+            others.append(run.head)
             notes.append(f"{run_dir}: a {head_label(run.head)} run, not MoS: left out")
     if not results:
-        raise AnalysisError("no MoS run among the runs given" + (": " + "; ".join(notes) if notes else ""))
+        raise AnalysisError(f"no MoS run among the runs given (their heads: {heads_named(others)})")
     notes += align_rank_settings(results)   # one number of contexts and precision for every rank
     rows = group_rows(results, KEYS, unlike="refuse")
     for dataset in dict.fromkeys(row.dataset for row in rows):

@@ -148,3 +148,12 @@ def require_best_pt(run_dir: Path, readers: str) -> None:
            "run first validates)" if (run_dir / "last.pt").is_file()
            else "no best.pt here (the run has none, or its checkpoints are elsewhere)")
     raise AnalysisError(f"{run_dir}: {why}; {readers} read{'s' if ' and ' not in readers else ''} it")
+
+
+def heads_named(heads: Sequence[str]) -> str:
+    """ "Softmax 3, SS 4": how many runs of each head, in registry order (an error's few words
+    where a list of every run would be a line too long to read)."""
+    counts: dict[str, int] = {}
+    for head in sorted(heads, key=head_order):
+        counts[head] = counts.get(head, 0) + 1
+    return ", ".join(f"{head_label(head)} {count}" for head, count in counts.items())

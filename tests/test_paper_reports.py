@@ -347,7 +347,10 @@ def test_capacity_and_rank_figures(mos_runs, tmp_path):
 def test_mos_figures_need_mos_runs(tmp_path, capsys):
     fake_run(tmp_path / "runs", "softmax", "ptb", "softmax", 1, test_ppl=57.0)
     assert report.main(["capacity", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
-    assert "no MoS run" in capsys.readouterr().err
+    assert capsys.readouterr().err == "error: no MoS run among the runs given (their heads: Softmax 1)\n"
+    assert report.main(["correlation", str(tmp_path / "runs"), "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err == ("error: no GSS run with both a test perplexity and a Press rank: the runs "
+                                       "given are of other heads (Softmax 1)\n")
 
 
 # ---------------------------------------------------------------------- SM Tables 14-16
