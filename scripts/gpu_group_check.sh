@@ -48,7 +48,7 @@ if [ "${FAST:-0}" = 1 ]; then
 else
   device=(); tiny=(); groups=(); shapes=(); steps=(); epochs=2; check=(); profiled=16
 fi
-extra=(${EXTRA:-})
+read -r -a extra <<< "${EXTRA:-}"   # split on spaces only (no globbing), as gpu_seeds.sh
 { nvidia-smi 2>&1 || echo "nvidia-smi: not found"
   "$PYTHON" -c "import torch; print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| cuDNN', torch.backends.cudnn.version(), '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
 } > "$OUT/env.txt"
