@@ -21,7 +21,7 @@ from model.heads import HEADS
 from . import AnalysisError
 from .pooling import refuse_repeated_runs
 from .published import PUBLISHED_TABLES
-from .runs import config_matches, config_value, find_run_dirs, read_run_config
+from .runs import config_value, find_run_dirs, read_run_config, value_matches
 
 RUNS_HELP = "run directories or folders holding them"
 
@@ -432,12 +432,13 @@ def select_runs(run_dirs: list[Path], only: list[str]) -> list[Path]:
         if not key or not values:
             raise AnalysisError(f"--only {text!r}: expected KEY=VALUE[,VALUE...], e.g. model.emsize=32")
         wanted = {v.strip() for v in values.split(",")}
-        kept = [d for d in run_dirs if config_matches(d, key, wanted)]
-        if kept and (absent := [v for v in wanted if not any(config_matches(d, key, {v}) for d in run_dirs)]):
+        value_of = {d: config_value(read_run_config(d), key) for d in run_dirs}      # each config read once
+        kept = [d for d in run_dirs if value_matches(value_of[d], wanted)]
+        if kept and (absent := [v for v in wanted if not any(value_matches(value_of[d], {v}) for d in kept)]):
             # not refused: a plan's report may name runs still to come; but not silent (a typo)
             print(f"note: --only {text}: no run has {key} = {', '.join(sorted(absent))}", file=sys.stderr)
         if not kept:
-            present = run_values(run_dirs, key)
+            present = {value for value in value_of.values() if value is not None}
             runs = "the runs the --only before it kept" if index else "the runs"
             if not present:
                 raise AnalysisError(f"--only {text}: no run's config.yaml has the key {key} "

@@ -106,13 +106,10 @@ def read_run_config(run_dir: Path) -> dict:
     return config
 
 
-def config_matches(run_dir: Path, key: str, values: set[str]) -> bool:
-    """Whether the run's config.yaml has `key` at one of `values`: as text, or as numbers where
-    both are numbers (train.lr=20 matches 20.0, model.emsize=32.0 matches 32)."""
-    value = config_value(read_run_config(run_dir), key)
-    if value is None:
-        return False
-    return str(value) in values or any(same_number(value, text) for text in values)
+def value_matches(value, texts: set[str]) -> bool:
+    """Whether a config value (None: the key is absent) is one of `texts`: as text, or as numbers
+    where both are numbers (train.lr=20 matches 20.0, model.emsize=32.0 matches 32)."""
+    return value is not None and (str(value) in texts or any(same_number(value, text) for text in texts))
 
 
 def same_number(value, text: str) -> bool:

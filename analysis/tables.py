@@ -155,16 +155,20 @@ def best_checkpoint_step(metrics: list[dict]) -> int | None:
     return best["step"] if best["val_ppl"] <= metrics[-1].get("best_val_ppl", best["val_ppl"]) else 0
 
 
+# The command that writes each result file again (outdated_note's notes name it).
+RERUN = {"eval_best.json": "python evaluate.py {run}",
+         "eval_best_cache.json": "python evaluate.py {run} --cache (with its settings)",
+         "eval_best_dynamic.json": "python evaluate.py {run} --dynamic (with its settings)",
+         "rank_test.json": "python rank.py {run}",
+         "robustness_test.json": "python rank.py {run} --robustness"}
+
+
 def outdated_note(result: dict, name: str, run_dir: Path, head: str, config: dict,
                   best_step: int | None) -> str | None:
     """Why the run's eval_best*.json, rank_test.json or robustness_test.json (`name`, read into
     `result`) is not of the model best.pt holds now on the run's corpus (and, for eval_best.json,
     at the run's test batch size), or None: each of the notes below, the first that applies."""
-    command = (f"python evaluate.py {run_dir}" + {"eval_best_cache.json": " --cache (with its settings)",
-                                                   "eval_best_dynamic.json": " --dynamic (with its settings)"}.get(name, "")
-               if name.startswith("eval_best") else
-               f"python rank.py {run_dir} --robustness" if name == "robustness_test.json" else
-               f"python rank.py {run_dir}")
+    command = RERUN[name].format(run=run_dir)
     return (head_note(result, head, name, command)
             or stale_note(result, best_step, name, command)
             or corpus_note(result, config, name, command)

@@ -309,10 +309,10 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def resume_command(run_dir: Path, world: World) -> str:
-    # quoted: the line is pasted into a shell, and a run directory may hold a space
+    quoted = shlex.quote(str(run_dir))      # the line is pasted into a shell; a path may hold a space
     if not world.distributed:
-        return f"python train.py --resume {shlex.quote(str(run_dir))}"
-    return f"torchrun (with {world.size} processes in all) train.py --resume {shlex.quote(str(run_dir))}"
+        return f"python train.py --resume {quoted}"
+    return f"torchrun (with {world.size} processes in all) train.py --resume {quoted}"
 
 
 def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
