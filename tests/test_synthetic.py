@@ -266,6 +266,19 @@ def _synthetic(*args, **kwargs):
                           capture_output=True, text=True, timeout=600, **kwargs)
 
 
+def _synthetic_here(capsys, *args):
+    """synthetic.py's main in this process (its refusals need no fresh interpreter, which costs a
+    few seconds of torch's import each): its exit status and stderr."""
+    import synthetic
+    capsys.readouterr()
+    try:
+        code = synthetic.main(list(args))
+    except SystemExit as stop:          # argparse's refusals
+        code = stop.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
 def test_cli_tiny_grid_writes_everything(tmp_path):
     out = tmp_path / "grid"
     args = ["--words", "30", "60", "--dims", "2", "8", "--contexts", "40", "--heads", "softmax",
@@ -290,38 +303,38 @@ def test_cli_tiny_grid_writes_everything(tmp_path):
     assert untimed(json.loads(again.stdout.strip().splitlines()[-1])) == untimed(rows)
 
 
-def test_cli_from_csv_joins_runs_without_fitting(tmp_path):
+def test_cli_from_csv_joins_runs_without_fitting(tmp_path, capsys):
     first, second = _rows()[:2], _rows()[2:]
     (tmp_path / "a.csv").write_text(to_csv(first))
     (tmp_path / "b.csv").write_text(to_csv(second))
-    done = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+    done = _synthetic_here(capsys, "--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
                       "--out", str(tmp_path / "joined"), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [r.__dict__ for r in _rows()]
     assert (tmp_path / "joined" / "results.md").read_text() == to_markdown(_rows())
     assert (tmp_path / "joined" / "kl_alpha0.1.png").is_file()
     assert not (tmp_path / "joined" / "settings.json").exists()     # nothing was fitted
-    missing = _synthetic("--from-csv", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "x"))
+    missing = _synthetic_here(capsys, "--from-csv", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "x"))
     assert missing.returncode == 2 and "nope.csv: cannot be read" in missing.stderr
     assert "Traceback" not in missing.stderr
 
 
-def test_cli_from_csv_refuses_fits_it_cannot_pool_and_options_it_would_ignore(tmp_path):
+def test_cli_from_csv_refuses_fits_it_cannot_pool_and_options_it_would_ignore(tmp_path, capsys):
     """A cell is the mean over seeds at one N: a CSV given twice counted every fit twice, and
     fits of two N were averaged into one cell; --dims and the like did nothing."""
     (tmp_path / "a.csv").write_text(to_csv(_rows()))
     (tmp_path / "n80.csv").write_text(to_csv([dataclasses.replace(r, contexts=80, seed=1) for r in _rows()]))
     out = str(tmp_path / "joined")
-    twice = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "a.csv"), "--out", out)
+    twice = _synthetic_here(capsys, "--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "a.csv"), "--out", out)
     assert twice.returncode == 2 and twice.stderr == (
         f"synthetic.py: {tmp_path / 'a.csv'}: the fit alpha 0.1, M 50, D 4, softmax, seed 0 is also in "
         f"{tmp_path / 'a.csv'}: each fit once (a file given twice, or grids that overlap)\n")
-    two_n = _synthetic("--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "n80.csv"), "--out", out)
+    two_n = _synthetic_here(capsys, "--from-csv", str(tmp_path / "a.csv"), str(tmp_path / "n80.csv"), "--out", out)
     assert two_n.returncode == 2 and two_n.stderr == (
         f"synthetic.py: {tmp_path / 'n80.csv'}: alpha 0.1, M 50 was fitted at N = 80 here and N = 40 in "
         f"{tmp_path / 'a.csv'}: a table pools the fits of one N (join the CSVs of each N apart)\n")
     for option in (["--dims", "8"], ["--heads", "softmax"], ["--no-compile"], ["--set", "mos.components=2"]):
-        ignored = _synthetic("--from-csv", str(tmp_path / "a.csv"), *option, "--out", out)
+        ignored = _synthetic_here(capsys, "--from-csv", str(tmp_path / "a.csv"), *option, "--out", out)
         assert ignored.returncode == 2 and ignored.stderr == (
             f"synthetic.py: error: {option[0]} is an option of fitting; --from-csv fits nothing (it tables "
             f"the fits in the CSVs as they are): leave it out\n")
@@ -337,8 +350,8 @@ def test_cli_from_csv_refuses_fits_it_cannot_pool_and_options_it_would_ignore(tm
     (["--heads", "softmax", "--set", "mos.components=3"], "--set names mos, which --heads"),
     (["--device", "cuda:7"], "synthetic.py: --device: 'cuda:7' requested but"),
 ])
-def test_cli_bad_input_is_one_line(tmp_path, args, message):
-    done = _synthetic(*args, "--out", str(tmp_path / "x"))
+def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):
+    done = _synthetic_here(capsys, *args, "--out", str(tmp_path / "x"))
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
