@@ -80,8 +80,21 @@ def test_the_plans_use_the_papers_seeds_and_grids():
     nt = load_plan("sweeps/sb_sm_tables4_5.yaml")
     assert all("train.asgd_trigger=nt" in e.overrides for e in nt.experiments)
     robust = load_plan("sweeps/sb_sm_tables14_16.yaml")
-    assert robust.out == table2.out                # the Table 2 MoS run, trained once for both
-    assert [a.args for a in robust.experiments[0].analyses] == [("--robustness",)]
+    # SM section 5.1's matrix is the NT-ASGD MoS run's (rank 9,979, SM Table 10), SM Tables
+    # 10/11's run with the authors' seed, trained once for both plans (not Table 2's ET-ASGD run).
+    tables10_11 = load_plan("sweeps/sb_sm_tables10_11.yaml")
+    assert robust.out == tables10_11.out
+    [mos] = robust.experiments
+    [same_run] = [e for e in tables10_11.experiments if e.config == mos.config]
+    assert mos.overrides == same_run.overrides == ("train.asgd_trigger=nt",) and mos.seeds == same_run.seeds == (28,)
+    assert [a.args for a in mos.analyses] == [("--robustness",)]
+    # SM Tables 10/11's ET-ASGD column is one run per row, the authors' seed: the report reads
+    # only those of Table 2's 11 seeds (it pooled all 11 into a mean before).
+    [report] = tables10_11.reports
+    only = report.split("--only train.seed=")[1].split()[0].split(",")
+    table2_seeds = [e.seeds for p in ("ptb", "wt2") for e in load_plan(f"sweeps/sb_table2_{p}.yaml").experiments]
+    assert {int(s) for s in only} == {seeds[0] for seeds in table2_seeds}
+    assert not {int(s) for s in only} & {s for seeds in table2_seeds for s in seeds[1:]}
 
 
 @pytest.fixture(scope="module")
