@@ -2,7 +2,7 @@
 
     python report.py table runs/ptb runs/wt2 --out results/table2           # [SB] Table 2: .md + .csv
     python report.py table runs/table5 --paper table5 --out results/table5  # an [SB] table's layout + its numbers
-    python report.py wordsim runs/ptb --benchmarks data/word-similarity --out results/wordsim --by-head
+    python report.py wordsim runs/ptb --out results/wordsim --by-head   # benchmarks: <data dir>/word-similarity/
     python report.py top5 runs/ptb/ptb-softmax-seed141 runs/ptb/ptb-mos-seed141 \
         --positions 10 200 --contexts "the stock market"
     python report.py spectra runs/ptb/*-seed141 --out results/spectra_ptb.png

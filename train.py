@@ -526,7 +526,8 @@ def record_run(run: PreparedRun, world: World, epoch: int) -> None:
     version = {"from_epoch": epoch, **code_version()}
     if run.resume_ckpt is None or not path.is_file():
         info = {**run.identity, "device": str(run.device), "device_name": device_name(run.device),
-                "world_size": world.size, "torch": torch.__version__, "code": [version]}
+                "world_size": world.size, "torch": torch.__version__, "code": [version],
+                "corpus": run.corpus.record()}     # the text it trains on (check_same_text)
     else:
         info = json.loads(path.read_text(encoding="utf-8"))
         last = (info.get("code") or [{}])[-1]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +124,10 @@ def table(args, run_dirs) -> str:
 
 
 def wordsim_arguments(parser) -> None:
-    parser.add_argument("--benchmarks", help="folder of EN-*.txt files (default: $AWD_DATA_DIR/word-similarity)")
+    parser.add_argument("--benchmarks", metavar="FOLDER",
+                        help="the folder whose EN-*.txt files are the benchmarks, other files there not read "
+                             "(default: word-similarity/ in the data directory the corpora are read from: "
+                             "--data-dir, else $AWD_DATA_DIR, else corpora/)")
     parser.add_argument("--out", required=True, type=output_prefix,
                         help="output prefix: writes PREFIX.md, PREFIX.csv and PREFIX_wins.png")
     parser.add_argument("--by-head", action="store_true",
@@ -135,12 +137,9 @@ def wordsim_arguments(parser) -> None:
 
 def wordsim(args, run_dirs) -> str:
     from experiment.loading import select_device
-    from .wordsim import by_head, read_benchmarks, score_runs, write_wordsim
-    folder = args.benchmarks or (os.environ.get("AWD_DATA_DIR") and
-                                 str(Path(os.environ["AWD_DATA_DIR"]) / "word-similarity"))
-    if not folder:
-        raise AnalysisError("--benchmarks: give the folder of benchmark files (or set $AWD_DATA_DIR)")
-    benchmarks = read_benchmarks(Path(folder))
+    from .wordsim import benchmark_folder, by_head, read_benchmarks, score_runs, write_wordsim
+    folder = Path(args.benchmarks).expanduser() if args.benchmarks else benchmark_folder(args.data_dir)
+    benchmarks = read_benchmarks(folder)
     rows = score_runs(run_dirs, benchmarks, select_device(args.device, option="--device"), args.data_dir)
     return write_wordsim(by_head(rows) if args.by_head else rows, benchmarks, Path(args.out))
 
@@ -345,9 +344,10 @@ COMMANDS: dict[str, Command] = {
                      "Softmax at the same setting (in %%, with its 95%% Welch interval and p), Press rank; "
                      "each row against Softmax at a common epoch; every two rows with Holm's p; the seed "
                      "spread; rows pool seeds of "
-                     "one configuration only; --paper: Tables 2 and 5, SM Tables 4/5, 10/11, 12 beside "
+                     "one configuration only; --paper: Tables 2, 5 and 6, SM Tables 4/5, 10/11, 12 beside "
                      "[SB]'s numbers", table_arguments, table),
-    "wordsim": Command("Spearman's rho of input-embedding cosine similarities", wordsim_arguments, wordsim),
+    "wordsim": Command("Spearman's rho of input-embedding cosine similarities; wins counted between runs "
+                       "of one vocabulary only (others were scored on other pairs)", wordsim_arguments, wordsim),
     "top5": Command("top-k next-word predictions side by side", top5_arguments, top5),
     "spectra": Command("singular-value curves of the test log-P matrices", spectra_arguments, spectra),
     "correlation": Command("[SB] Figure 2: Press rank against test ppl of the GSS(c, k) runs, Pearson r "

@@ -14,6 +14,7 @@ import dataclasses
 import math
 
 from experiment.config import SECTIONS
+from experiment.run_directory import trained_corpus
 from model.heads import HEADS
 from . import AnalysisError
 from .runs import read_run_config
@@ -28,7 +29,8 @@ NOT_COMPARED = {
     "train.seed": "the seed: what the runs of one configuration differ in",
     "run.dir": "where the run's files are written",
     "data.data_dir": "where the corpus is read from: each split is checked against its published "
-                     "SHA-256 (compared when data.allow_modified_corpus lets a changed corpus in)",
+                     "SHA-256; a modified corpus's text is compared by its hashes (data.trained_text), "
+                     "and by its folder for runs trained before run.json kept them",
     "run.device": "the device asked for: the same arithmetic up to rounding (run.tf32 is "
                   "compared), so a cell may hold CPU and GPU seeds",
     "run.deterministic": "which GPU kernels compute the same operations: repeats bit for bit, "
@@ -70,12 +72,27 @@ def resolved(config: dict) -> dict:
     return flat
 
 
+TRAINED_TEXT = "data.trained_text"
+
+
+def run_setting(run_dir, config: dict | None = None) -> dict:
+    """A run's config.yaml (`config`, read when not given) resolved, with the text it trained on
+    where that is a modified corpus (TRAINED_TEXT, from run.json): two runs on different text of
+    the same words are not seeds of one configuration, whatever their folders' names."""
+    setting = resolved(read_run_config(run_dir) if config is None else config)
+    corpus = trained_corpus(run_dir) or {}
+    hashes = corpus.get("sha256") or {}
+    if corpus.get("published") is False and hashes:
+        setting[TRAINED_TEXT] = ", ".join(f"{split}.txt {hashes.get(split, '?')[:12]}" for split in ("train", "valid"))
+    return setting
+
+
 def compared(config: dict) -> dict:
     """The keys of a resolved config that runs pooled together must agree on, values made
     comparable (numbers as floats: lr 20 and 20.0 are one value)."""
     ignored = set(NOT_COMPARED)
-    if config.get("data.allow_modified_corpus"):
-        ignored.discard("data.data_dir")
+    if config.get("data.allow_modified_corpus") and TRAINED_TEXT not in config:
+        ignored.discard("data.data_dir")      # a run trained before run.json kept the hashes
     return {key: comparable(value) for key, value in config.items() if key not in ignored}
 
 
@@ -119,7 +136,7 @@ def refuse_repeated_runs(run_dirs) -> None:
         config = read_run_config(run_dir)
         if not config:
             continue
-        setting = resolved(config)
+        setting = run_setting(run_dir, config)
         key = (repr(sorted(compared(setting).items())), repr(setting.get("train.seed")))
         if key in seen:
             raise AnalysisError(f"{seen[key]} and {run_dir} are one configuration with one seed "

@@ -45,6 +45,10 @@ class PublishedRow:
     p_value: float | None = None      # t-test of test ppl against the table's baseline row
     press_rank: Stat | None = None
     source: str = ""                  # where in [SB] the numbers are printed
+    # [SB] Table 6: the epsilon-effective ranks of the test log-P for epsilon = 1e-3, 1e-4, 1e-5
+    effective_rank_e3: Stat | None = None
+    effective_rank_e4: Stat | None = None
+    effective_rank_e5: Stat | None = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,33 @@ SM_TABLE12 = PublishedTable(
                    ("wikitext-2", 0.145, 32.19, 64.38, 17256), ("wikitext-2", 0.0, 27.51, 68.49, 19427))),
 )
 
-PUBLISHED_TABLES = {t.name: t for t in (TABLE2, SM_TABLES_10_11, TABLE5, SM_TABLES_4_5, SM_TABLE12)}
+# ---------------------------------------------------------------- [SB] Table 6 (SM Tables 17 and 18)
+
+def _effective_rank_rows(dataset: str, source: str, numbers: dict) -> tuple[PublishedRow, ...]:
+    return tuple(PublishedRow(head_label(head), dataset, head, ET, press_rank=pm(press),
+                              effective_rank_e3=pm(e3), effective_rank_e4=pm(e4), effective_rank_e5=pm(e5),
+                              source=source)
+                 for head, (press, e3, e4, e5) in numbers.items())
+
+
+TABLE6 = PublishedTable(
+    name="table6",
+    title="[SB] Table 6 (SM Tables 17/18): Press rank and epsilon-effective ranks of the test log-P",
+    group_by=("train.asgd_trigger",),
+    columns=("press_rank", "effective_rank_e3", "effective_rank_e4", "effective_rank_e5", "runs"),
+    note="[SB]: one run per row, the ET-ASGD run with the authors' seed (its Press rank is SM Tables "
+         "10/11's ET-ASGD column); PTB over every test context, WikiText-2 over the first 33,320. The "
+         "epsilon-effective rank: the fewest singular values whose squares sum to at least 1 - epsilon "
+         "of all squares.",
+    rows=_effective_rank_rows("ptb", "Table 6, SM Table 17", {     # Press rank, eps 1e-3, 1e-4, 1e-5
+        "softmax": (402, 52, 201, 306), "ss": (4979, 100, 297, 1038), "gss": (8989, 100, 559, 3456),
+        "plif": (580, 50, 198, 335), "mos": (9983, 81, 1521, 6428)})
+    + _effective_rank_rows("wikitext-2", "Table 6, SM Table 18", {
+        "softmax": (402, 27, 141, 274), "ss": (6590, 54, 249, 1201), "gss": (10145, 60, 391, 2988),
+        "plif": (513, 29, 150, 287), "mos": (15738, 49, 773, 5982)}),
+)
+
+PUBLISHED_TABLES = {t.name: t for t in (TABLE2, SM_TABLES_10_11, TABLE5, SM_TABLES_4_5, SM_TABLE12, TABLE6)}
 
 # ---------------------------------------------------------------- [SB] Figure 2: the GSS grid
 

@@ -52,11 +52,13 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from data.corpus import describe_text_change, differing_splits
+from experiment.run_directory import trained_corpus
 from . import AnalysisError
 from .comparisons import (AtCommonEpoch, at_common_epoch, common_epoch_table, pairs_table, seed_spread_line,
                           test_difference)
 from .cost import training_device
-from .pooling import compared, differing_keys, refuse_unlike, resolved
+from .pooling import compared, differing_keys, refuse_unlike, run_setting
 from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
                         same_value)
 from .stats import Estimate, percent
@@ -64,6 +66,8 @@ from .runs import (config_value, dataset_order, head_label, head_order, markdown
                    read_run_config, write_csv)
 
 PPL_COLUMNS = (("train_ppl", "Train ppl"), ("val_ppl", "Validation ppl"), ("test_ppl", "Test ppl"))
+# [SB] Table 6's columns: the epsilon-effective ranks rank.py writes beside the Press rank
+EFFECTIVE_RANK_COLUMNS = {"effective_rank_e3": 1e-3, "effective_rank_e4": 1e-4, "effective_rank_e5": 1e-5}
 
 
 @dataclass
@@ -81,6 +85,9 @@ class RunResult:
     press_rank: int | None = None
     rank_contexts: int | None = None # rank_test.json "contexts": the rows of the ranked log-P matrix
     rank_dtype: str | None = None    # and "dtype", the precision of its singular values
+    effective_rank_e3: int | None = None   # rank_test.json "effective_rank" at epsilon 1e-3, 1e-4, 1e-5
+    effective_rank_e4: int | None = None
+    effective_rank_e5: int | None = None
     missing: list[str] = field(default_factory=list)   # one note per missing number
     config: dict = field(default_factory=dict)         # config.yaml resolved, dotted keys (pooling.py)
     val_ppl_by_epoch: dict[int, float] = field(default_factory=dict)   # metrics.jsonl
@@ -103,7 +110,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         raise AnalysisError(f"{run_dir}: neither run.json nor config.yaml names the dataset and head")
     result = RunResult(run_dir, dataset, head, tuple(config_value(config, key) for key in group_by),
                        info.get("seed", config_value(config, "train.seed")), info.get("params"),
-                       config=resolved(config), device=training_device(run_dir, info))
+                       config=run_setting(run_dir, config), device=training_device(run_dir, info))
     if result.params is None:
         result.missing.append("params (no run.json)")
 
@@ -138,6 +145,9 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         else:
             result.press_rank, result.rank_contexts, result.rank_dtype = \
                 rank["press_rank"], rank.get("contexts"), rank.get("dtype")
+            effective = {float(eps): value for eps, value in (rank.get("effective_rank") or {}).items()}
+            for name, eps in EFFECTIVE_RANK_COLUMNS.items():
+                setattr(result, name, effective.get(eps))
     elif ranked is not None and ranked != "best.pt":    # rank.py RUN/last.pt writes the same file
         result.missing.append(f"press_rank (rank_test.json ranks {ranked}, not best.pt: run python rank.py {run_dir})")
     else:
@@ -171,7 +181,7 @@ def outdated_note(result: dict, name: str, run_dir: Path, head: str, config: dic
     command = RERUN[name].format(run=run_dir)
     return (head_note(result, head, name, command)
             or stale_note(result, best_step, name, command)
-            or corpus_note(result, config, name, command)
+            or corpus_note(result, run_dir, config, name, command)
             or (batch_size_note(result, config, command) if name == "eval_best.json" else None))
 
 
@@ -204,11 +214,19 @@ def stale_note(result: dict, best_step: int | None, name: str, command: str) -> 
             f"{best_step:,}: run {command} again")
 
 
-def corpus_note(result: dict, config: dict, name: str, command: str) -> str | None:
-    """Why a result file is not of the run's corpus, or None: computed on a corpus that is not
-    the published one (evaluate.py --data-dir with --allow-modified-corpus) for a run that trained
-    on the published one. Files written before the record have none, and pass."""
+def corpus_note(result: dict, run_dir: Path, config: dict, name: str, command: str) -> str | None:
+    """Why a result file is not of the run's corpus, or None: computed on other validation or
+    test text than the run trained beside (by the hashes run.json and the file record), or, for
+    files and runs from before the hashes were kept, on a corpus that is not the published one
+    (evaluate.py --data-dir with --allow-modified-corpus) for a run that trained on the published
+    one. Files written before any record pass."""
     corpus = result.get("corpus") or {}
+    trained = trained_corpus(run_dir)
+    if changed := differing_splits(trained, corpus, ("valid", "test")):
+        return (f"{name} was computed on other text than the run trained beside: "
+                f"{describe_text_change(trained, corpus, changed)}: run {command} on the run's folder")
+    if trained and trained.get("sha256") and corpus.get("sha256"):
+        return None                          # the same text, published or not
     if corpus.get("published", True) or config_value(config, "data.allow_modified_corpus"):
         return None
     return (f"{name} was computed on a corpus that is not the published one ({corpus.get('folder')}, "
@@ -241,6 +259,8 @@ def align_rank_settings(results: Sequence[RunResult]) -> list[str]:
             left_out.append(f"`{r.dir}`: {reason}")
             r.missing.append(f"press_rank ({reason})")
             r.press_rank = r.rank_contexts = r.rank_dtype = None
+            for name in EFFECTIVE_RANK_COLUMNS:          # of the same matrix: left out with it
+                setattr(r, name, None)
     return left_out
 
 
@@ -465,6 +485,9 @@ COLUMNS = {
     "press_rank": Column("Press rank", lambda row: format_rank(row.values("press_rank"), len(row.runs)),
                          lambda stat: format_stat(stat, rank=True)),
     "runs": Column("n", lambda row: str(len(row.runs))),
+    **{name: Column(f"Effective rank, ε = 1e-{name[-1]}", lambda row, name=name: format_rank(row.values(name), len(row.runs)),
+                    lambda stat: format_stat(stat, rank=True))
+       for name, eps in EFFECTIVE_RANK_COLUMNS.items()},
 }
 TABLE2_COLUMNS = ("runs", "params", "seconds", "train_ppl", "val_ppl", "test_ppl", "test_change", "press_rank")
 
@@ -564,6 +587,8 @@ class Table:
         if "p_value" in self.columns:
             header += ["p_value"]
         header += ["press_rank_mean", "press_rank_values"]
+        effective = [name for name in EFFECTIVE_RANK_COLUMNS if name in self.columns]
+        header += [f"{name}_{part}" for name in effective for part in ("mean", "values")]
         if self.published:
             header += [f"paper_{name}" for name in PAPER_CSV_FIELDS]
         rows = []
@@ -582,6 +607,9 @@ class Table:
                 line += ["" if row.p_value is None else row.p_value]
             ranks = row.values("press_rank")
             line += [np.mean(ranks) if ranks else "", ";".join(map(str, ranks))]
+            for name in effective:
+                ranks = row.values(name)
+                line += [np.mean(ranks) if ranks else "", ";".join(map(str, ranks))]
             if self.published:
                 line += paper_csv_values(row.published)
             rows.append(line)
@@ -599,7 +627,8 @@ def estimate_csv(estimate: Estimate | None) -> list:
 
 # The published numbers in the CSV: statistics as mean and std, the rest as printed.
 PAPER_CSV_FIELDS = ("params", "seconds",
-                    *[f"{name}_{part}" for name in ("train_ppl", "val_ppl", "test_ppl", "press_rank")
+                    *[f"{name}_{part}" for name in ("train_ppl", "val_ppl", "test_ppl", "press_rank",
+                                                    *EFFECTIVE_RANK_COLUMNS)
                       for part in ("mean", "std")],
                     "p_value")
 

@@ -1,14 +1,24 @@
 """Corpora for the language models: loading, tokenisation and downloading."""
 
-from .corpus import Corpus, load_corpus, resolve_data_dir
-from .download import DATASETS, SOURCES, DataError, ensure_corpus
+import importlib
 
-__all__ = [
-    "DATASETS",
-    "SOURCES",
-    "Corpus",
-    "DataError",
-    "ensure_corpus",
-    "load_corpus",
-    "resolve_data_dir",
-]
+# Imported on first use (PEP 562) rather than here: `python -m data.download` runs that module
+# as __main__ after importing this package, and runpy warns when the package has already
+# imported it.
+_HOME = {
+    "DATASETS": "download",
+    "SOURCES": "download",
+    "Corpus": "corpus",
+    "DataError": "download",
+    "ensure_corpus": "download",
+    "load_corpus": "corpus",
+    "resolve_data_dir": "corpus",
+}
+
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
@@ -51,11 +51,15 @@ class Corpus:
     test: torch.Tensor
     folder: Path | None = None  # where the split files were read from
     published: bool = True  # every split file byte for byte the published one
+    sha256: dict[str, str] = field(default_factory=dict)  # split -> its file's sha256
 
     def record(self) -> dict:
-        """What a result file (evaluate.py's, rank.py's) says of the text it was computed on."""
-        return {"folder": None if self.folder is None else str(self.folder), "published": self.published,
-                "tokens": {"valid": self.valid.numel(), "test": self.test.numel()}}
+        """What run.json (the text a run trained on) and a result file (evaluate.py's, rank.py's:
+        the text it was computed on) say of the corpus."""
+        return {"folder": None if self.folder is None else str(self.folder.absolute()),
+                "published": self.published,
+                "tokens": {"valid": self.valid.numel(), "test": self.test.numel()},
+                "sha256": dict(self.sha256)}
 
     @property
     def vocab_size(self) -> int:
@@ -148,7 +152,26 @@ def load_corpus(
         test=_as_tensor(test),
         folder=folder,
         published=all(digest == CHECKSUMS[dataset][path.name] for path, digest in zip(paths, hashes)),
+        sha256={path.stem: digest for path, digest in zip(paths, hashes)},
     )
+
+
+def differing_splits(trained: dict | None, used: dict | None, splits=("train", "valid", "test")) -> list[str]:
+    """The splits among `splits` whose text differs between two corpus records (Corpus.record():
+    the one run.json keeps of the text a run trained on, and another), by sha256. A published
+    corpus is one text wherever it is read from, and the vocabulary check cannot tell a test split
+    replaced by other sentences of the same words: only a modified corpus's hashes tell its texts
+    apart. Records without hashes (written before they were kept) differ in nothing."""
+    trained_hashes, used_hashes = (trained or {}).get("sha256") or {}, (used or {}).get("sha256") or {}
+    return [split for split in splits
+            if split in trained_hashes and split in used_hashes and trained_hashes[split] != used_hashes[split]]
+
+
+def describe_text_change(trained: dict, used: dict, splits: list[str]) -> str:
+    """ "test.txt (sha256 1a2b3c4d5e6f... in /data/ptb; 9f8e7d6c5b4a... in /other/ptb at training)" """
+    return "; ".join(f"{split}.txt (sha256 {used['sha256'][split][:12]}... in {used.get('folder')}, "
+                     f"{trained['sha256'][split][:12]}... in {trained.get('folder')} at training)"
+                     for split in splits)
 
 
 def _check_published(

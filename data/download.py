@@ -3,10 +3,18 @@
 `ensure_corpus` downloads the archive, reads only the three split files out of it,
 checks their sha256 and only then moves them to their final names, so the final
 paths only ever hold complete, verified files.
+
+Ahead of time (e.g. for compute nodes without network), from the repository root:
+
+    python -m data.download [ptb] [wikitext-2] [--data-dir DIR]
+
+fetches and verifies the named corpora (both when none is named) into the folder the
+training code reads (--data-dir, else $AWD_DATA_DIR, else corpora/) and prints where they are.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import http.client
 import itertools
@@ -114,13 +122,18 @@ def ensure_corpus(
     dataset: str, data_dir: str | Path, *, urls: Sequence[str] | None = None
 ) -> Path:
     """Return `data_dir/<dataset>` once it holds train.txt, valid.txt and test.txt,
-    downloading them first if any is missing. `urls` replaces the dataset's source
-    URLs (tests point it at a local server)."""
+    downloading them first if none is there. Some there and others missing is refused
+    (the published ones are not mixed with files put there by hand), as is a data dir
+    that is itself a dataset's folder. `urls` replaces the dataset's source URLs (tests
+    point it at a local server)."""
     check_dataset(dataset)
     source = SOURCES[dataset]
-    folder = Path(data_dir).expanduser() / dataset
+    data_dir = Path(data_dir).expanduser()
+    folder = data_dir / dataset
     if not missing_split_files(folder):
         return folder
+    _check_not_a_dataset_folder(dataset, data_dir)
+    _check_all_or_none(dataset, folder)
     # The folders made for the download, removed again (if still empty) when it fails.
     made = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
     try:
@@ -128,10 +141,10 @@ def ensure_corpus(
     except OSError as err:
         raise DataError(
             f"cannot create corpus folder {folder} ({_one_line(err)}); "
-            f"{_manual_hint(dataset, folder)}"
+            f"{_manual_hint(dataset, data_dir)}"
         ) from err
     try:
-        return _fetch_first(dataset, source, urls if urls is not None else source.urls, folder)
+        return _fetch_first(dataset, source, urls if urls is not None else source.urls, data_dir)
     except DataError:
         for path in made:                      # the deepest first
             try:
@@ -141,8 +154,43 @@ def ensure_corpus(
         raise
 
 
-def _fetch_first(dataset: str, source: Source, urls: Sequence[str], folder: Path) -> Path:
-    """The first of `urls` that yields the verified split files in `folder`."""
+def _check_not_a_dataset_folder(dataset: str, data_dir: Path) -> None:
+    """Refuse a data dir that holds split files itself: it names a dataset's folder (e.g.
+    AWD_DATA_DIR=/data/ptb), and downloading into /data/ptb/ptb would hide the mistake."""
+    archive_names = (PurePosixPath(member).name for member in SOURCES[dataset].members)
+    found = [name for name in (*SPLIT_FILES, *archive_names) if (data_dir / name).is_file()]
+    if not found:
+        return
+    setting = _data_dir_setting(data_dir)
+    named = f"{setting} names {data_dir}" if setting else f"the data dir {data_dir}"
+    fix = (f"did you mean its parent, {data_dir.parent}?" if data_dir.name in DATASETS
+           else f"put them in {data_dir / dataset}/ as {', '.join(SPLIT_FILES)}")
+    raise DataError(
+        f"{named}, which holds {', '.join(found)} itself: the data dir is the folder holding "
+        f"{'/ and '.join(DATASETS)}/, {dataset} is read from {data_dir / dataset}; {fix}"
+    )
+
+
+def _check_all_or_none(dataset: str, folder: Path) -> None:
+    """Refuse a dataset folder with some split files but not all: downloading the missing
+    ones would mix published splits with files put there by hand (and grow the vocabulary)."""
+    for name in SPLIT_FILES:
+        if (folder / name).exists() and not (folder / name).is_file():
+            kind = "a directory" if (folder / name).is_dir() else "not a regular file"
+            raise DataError(f"{folder / name} is {kind}: expected the {dataset} split file {name}")
+    present = [name for name in SPLIT_FILES if (folder / name).is_file()]
+    if present:
+        missing = [path.name for path in missing_split_files(folder)]
+        raise DataError(
+            f"{folder} holds {', '.join(present)} but not {', '.join(missing)}: expected all of "
+            f"{', '.join(SPLIT_FILES)} or none (none: {dataset} is downloaded there); nothing was "
+            f"downloaded: add {', '.join(missing)}, or move the others away to get the published {dataset}"
+        )
+
+
+def _fetch_first(dataset: str, source: Source, urls: Sequence[str], data_dir: Path) -> Path:
+    """The first of `urls` that yields the verified split files in `data_dir/<dataset>`."""
+    folder = data_dir / dataset
     failures = []
     for url in urls:
         try:
@@ -153,41 +201,56 @@ def _fetch_first(dataset: str, source: Source, urls: Sequence[str], folder: Path
         except OSError as err:  # writing into `folder` failed: another URL won't help
             raise DataError(
                 f"cannot write {dataset} files into {folder} ({_one_line(err)}); "
-                f"{_manual_hint(dataset, folder)}"
+                f"{_manual_hint(dataset, data_dir)}"
             ) from err
     raise DataError(
         f"could not download {dataset} ({'; '.join(failures) or 'no URLs given'}); "
-        f"{_manual_hint(dataset, folder)}"
+        f"{_manual_hint(dataset, data_dir)}"
     )
 
 
-def _manual_hint(dataset: str, folder: Path) -> str:
+_EXPLICIT_SETTING = "data.data_dir or --data-dir"
+
+
+def _data_dir_setting(data_dir: Path) -> str | None:
+    """Which setting named `data_dir`, as data.corpus.resolve_data_dir picks it: "AWD_DATA_DIR",
+    _EXPLICIT_SETTING (read before AWD_DATA_DIR), or None for the default corpora/. Callers pass
+    only the resolved folder, so this is inferred from it and the environment."""
+    # data.corpus imports this module, so it is loaded by the time an error is worded.
+    from .corpus import DATA_DIR_ENV, DEFAULT_DATA_DIR
+    env = os.environ.get(DATA_DIR_ENV)
+    if env and Path(env).expanduser() == data_dir:
+        return DATA_DIR_ENV
+    if not env and data_dir == DEFAULT_DATA_DIR:
+        return None
+    return _EXPLICIT_SETTING
+
+
+def _manual_hint(dataset: str, data_dir: Path) -> str:
+    setting = _data_dir_setting(data_dir)
     env = os.environ.get("AWD_DATA_DIR")
-    # Where the folder came from $AWD_DATA_DIR, say so: "set AWD_DATA_DIR" reads as unset.
-    from_env = env and Path(env).expanduser() / dataset == folder
-    # Set, but not where the folder came from: a config's data.data_dir (or a --data-dir) is read
-    # before AWD_DATA_DIR, so setting it again would not help.
-    other = (f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if from_env
-             else f"pass --data-dir (AWD_DATA_DIR, {env}, is not read: data.data_dir or --data-dir names "
-                  f"{folder.parent})" if env
-             else "set AWD_DATA_DIR / pass --data-dir")
+    # Name the setting that chose the folder: "set AWD_DATA_DIR" reads as if it were unset, and
+    # AWD_DATA_DIR is not read at all while data.data_dir or --data-dir names a folder.
+    other = ("set AWD_DATA_DIR / pass --data-dir" if setting is None
+             else f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if setting == "AWD_DATA_DIR"
+             else f"point {setting}, now {data_dir}," + (
+                 f" (AWD_DATA_DIR, {env}, is not read while either is set)" if env else ""))
     return (
-        f"place {', '.join(SPLIT_FILES)} of {dataset} in {folder} by hand "
+        f"place {', '.join(SPLIT_FILES)} of {dataset} in {data_dir / dataset} by hand "
         f"(or {other} to a folder holding {dataset}/)"
     )
 
 
 def _fetch_verified(dataset: str, source: Source, url: str, folder: Path) -> None:
-    """Download `url`, extract and verify the split files, then move the missing
-    ones into `folder`. Raises _SourceFailed; leaves no temporary file behind."""
+    """Download `url`, extract and verify the split files, then move them into
+    `folder`. Raises _SourceFailed; leaves no temporary file behind."""
     with _temp_path(folder, ".download") as archive_path:
         _download(url, archive_path, dataset)
         with _temp_dir(folder) as staging:
             _extract_members(source, archive_path, staging)
             _verify(dataset, staging)
-            # Keep split files that are already in place (e.g. placed by hand).
-            for target in missing_split_files(folder):
-                os.replace(staging / target.name, target)
+            for name in SPLIT_FILES:
+                os.replace(staging / name, folder / name)
 
 
 @contextmanager
@@ -335,3 +398,48 @@ def file_sha256(path: Path) -> str:
 
 def _one_line(value: object) -> str:
     return " ".join(str(value).split())
+
+
+def ensure_published_corpus(dataset: str, data_dir: Path) -> Path:
+    """`data_dir/<dataset>` holding the published split files: downloaded if none is there,
+    and checked against their sha256 either way (files already there were never checked)."""
+    folder = ensure_corpus(dataset, data_dir)
+    try:
+        _verify(dataset, folder)
+    except _SourceFailed as err:
+        raise DataError(
+            f"{folder}: {err}; runs refuse it unless data.allow_modified_corpus=true: restore the "
+            f"file, or move the split files away and run this again to download them"
+        ) from None
+    return folder
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m data.download",
+        description="Download and verify corpora ahead of time (e.g. for compute nodes without network).",
+    )
+    parser.add_argument("datasets", nargs="*", metavar="DATASET",
+                        help=f"{' and/or '.join(DATASETS)} (default: all of them)")
+    parser.add_argument("--data-dir", help="folder to hold ptb/ and wikitext-2/ (default: the one runs "
+                                           "read without data.data_dir: $AWD_DATA_DIR, else corpora/)")
+    args = parser.parse_args(argv)
+    from .corpus import resolve_data_dir  # it imports this module: not at the top
+    data_dir = resolve_data_dir(args.data_dir)
+    datasets = args.datasets or DATASETS
+    try:
+        for dataset in datasets:  # every name checked before anything is downloaded
+            check_dataset(dataset)
+        for dataset in datasets:
+            folder = ensure_published_corpus(dataset, data_dir)
+            print(f"{dataset}: {', '.join(SPLIT_FILES)} in {folder}, the published files (sha256 checked)")
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if _data_dir_setting(data_dir) == _EXPLICIT_SETTING:
+        print(f"runs read them with --data-dir {data_dir}, data.data_dir={data_dir} or AWD_DATA_DIR={data_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -55,6 +56,15 @@ class DataConfig:
     dataset: Literal["ptb", "wikitext-2"]
     data_dir: Optional[str] = None          # null: $AWD_DATA_DIR, else corpora/ in the repository
     allow_modified_corpus: bool = False     # accept split files whose sha256 is not the published one
+
+    def __post_init__(self):
+        # Kept as an absolute path: config.yaml is read again by evaluate.py, rank.py and
+        # --resume from other working directories, where a relative folder names other text.
+        if self.data_dir is not None:
+            if not str(self.data_dir).strip():
+                raise ValueError("data_dir: expected a folder holding the dataset's folder, or null "
+                                 "for $AWD_DATA_DIR (else corpora/ in the repository)")
+            object.__setattr__(self, "data_dir", os.path.abspath(os.path.expanduser(str(self.data_dir))))
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,20 @@ import functools
 import os
 import platform
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from data import DataError, load_corpus
+from data.corpus import describe_text_change, differing_splits
 from data.download import missing_split_files
 from model import LanguageModel, build_model, word_counts
 from . import checkpoint
 from .config import DEVICE_CHOICES, DEVICE_NAME, Config, ConfigError, config_from_dict
 from .progress import TrainingProgress
+from .run_directory import trained_corpus
 
 
 def select_device(name: str = "auto", option: str = "run.device") -> torch.device:
@@ -233,7 +236,19 @@ def load_trained(path: str | Path, device: torch.device, data_dir: str | None = 
                          allow_modified=config.data.allow_modified_corpus or bool(allow_modified_corpus),
                          allowed_by=None if allow_modified_corpus is None else "give --allow-modified-corpus")
     checkpoint.check_vocabulary(ckpt, corpus, ckpt_path)
+    note_other_text(ckpt_path.parent, corpus)
     model = build_model(config, corpus.vocab_size)
     checkpoint.load_model_state(model, ckpt["model"], ckpt_path)
     model.to(device).eval()
     return TrainedModel(ckpt_path, ckpt_path.parent, config, corpus, model, ckpt)
+
+
+def note_other_text(run_dir: Path, corpus) -> None:
+    """Say so (stderr) where the validation or test text differs from the one the run trained
+    beside (run.json's corpus record): the numbers are of this text, and a report leaves result
+    files of other text out of the run's row."""
+    trained = trained_corpus(run_dir)
+    changed = differing_splits(trained, corpus.record(), ("valid", "test"))
+    if changed:
+        print(f"note: {run_dir} trained beside other text: {describe_text_change(trained, corpus.record(), changed)}; "
+              f"what follows is of this text", file=sys.stderr)

@@ -17,6 +17,7 @@ FINETUNE_DIR, where a run's finetuning goes.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import sys
@@ -218,3 +219,13 @@ def remove_orphaned_temp_files(run_dir: Path) -> list[Path]:
     for path in orphans:
         path.unlink(missing_ok=True)
     return orphans
+
+
+def trained_corpus(run_dir: Path) -> dict | None:
+    """run.json's record of the text the run trained on (data.corpus.Corpus.record()); None for
+    a run without one (no run.json, an unreadable one, or written before the record was kept)."""
+    path = Path(run_dir) / "run.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("corpus") if path.is_file() else None
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from data import DataError, load_corpus
+from data.corpus import describe_text_change, differing_splits
 from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
@@ -38,7 +39,7 @@ from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
 from .run_directory import (RunDirectoryError, RunLock, check_run_dir_usable, default_run_name, finetune_config,
-                            make_run_dir)
+                            make_run_dir, trained_corpus)
 
 
 def parse_args(argv=None):
@@ -194,6 +195,18 @@ def check_belongs_to_run(run_dir: Path, ckpt_path: Path, identity: dict) -> None
                                   f"{saved[key]!r} in {path}: it belongs to another run")
 
 
+def check_same_text(run_dir: Path, corpus) -> None:
+    """Refuse to resume on other training or validation text than the run's first sittings read
+    (run.json's corpus record): a modified corpus of the same words passes the vocabulary check,
+    and an epoch, the NT-ASGD switch and best.pt would then rest on two texts, recorded as one."""
+    trained = trained_corpus(run_dir)
+    changed = differing_splits(trained, corpus.record(), ("train", "valid"))
+    if changed:
+        raise DataError(f"{run_dir}: the run trained on other text: {describe_text_change(trained, corpus.record(), changed)}; "
+                        f"resume it on the folder it trained on (data.data_dir or AWD_DATA_DIR), or "
+                        f"start a new run on this text")
+
+
 def check_world_size(ckpt: dict, world: World, path: Path) -> None:
     """A last.pt holds the random-number and hidden states of as many processes as trained it."""
     saved = ckpt.get("world_size", 1)
@@ -284,6 +297,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         ckpt_path = run_dir / "last.pt"
         checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
         check_belongs_to_run(run_dir, ckpt_path, identity)
+        check_same_text(run_dir, corpus)
         check_world_size(resume_ckpt, world, ckpt_path)
         checkpoint.training_device_cuda_state(checkpoint.rank_rng_state(resume_ckpt, world.rank), device,
                                               ckpt_path)

@@ -185,6 +185,29 @@ def test_a_modified_corpus_is_refused_with_a_hint_the_script_takes(script, optio
     assert script.main([*argv, "--allow-modified-corpus"]) == 0
 
 
+def test_an_evaluation_on_other_test_text_says_so_and_a_table_leaves_it_out(tiny_run, tmp_path, capsys):
+    """A test split of other sentences of the same words passes the vocabulary check: evaluate.py
+    wrote its perplexity into eval_best.json, and report.py table showed it as the run's."""
+    import json
+    from tests.test_train_guard_rails import other_text_same_words
+    run_dir = shutil.copytree(tiny_run, tmp_path / "run")
+    trained_on = Path(json.loads((run_dir / "run.json").read_text())["corpus"]["folder"])
+    other = other_text_same_words(trained_on.parent, tmp_path / "other", "test")
+    capsys.readouterr()
+    assert evaluate.main([str(run_dir), "--device", "cpu", "--data-dir", str(other)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {run_dir} trained beside other text: test.txt (sha256 " in err
+    assert f"in {other / 'ptb'}, " in err and f"in {trained_on} at training); what follows is of this text" in err
+    assert report.main(["table", str(run_dir), "--out", str(tmp_path / "t")]) == 0
+    missing = (tmp_path / "t.md").read_text().split("## Missing or incomplete")[1]
+    assert "eval_best.json was computed on other text than the run trained beside: test.txt" in missing
+    capsys.readouterr()
+    assert evaluate.main([str(run_dir), "--device", "cpu"]) == 0      # the run's own folder again
+    assert "trained beside other text" not in capsys.readouterr().err
+    assert report.main(["table", str(run_dir), "--out", str(tmp_path / "t")]) == 0
+    assert "other text" not in (tmp_path / "t.md").read_text()
+
+
 def test_a_modified_corpus_hint_names_no_option_a_caller_does_not_have(published_run):
     """report.py's commands that load a run (wordsim, top5, diagnose) have no such option."""
     import torch

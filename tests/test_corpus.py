@@ -12,6 +12,7 @@ import torch
 
 import data.corpus as corpus_module
 from data import Corpus, DataError, load_corpus, resolve_data_dir
+from data.download import CHECKSUMS
 
 EXPECTED = {
     # dataset: (train, valid, test tokens, vocabulary size), docs/reference.md section 1
@@ -79,7 +80,8 @@ def test_real_token_counts_and_vocab(dataset: str, shared_data_dir: Path, real_c
     for ids in (corpus.train, corpus.valid, corpus.test):
         assert ids.dtype == torch.int64 and ids.dim() == 1
     assert corpus.record() == {"folder": str(shared_data_dir / dataset), "published": True,
-                               "tokens": {"valid": n_valid, "test": n_test}}
+                               "tokens": {"valid": n_valid, "test": n_test},
+                               "sha256": {split: CHECKSUMS[dataset][f"{split}.txt"] for split in ("train", "valid", "test")}}
 
 
 @pytest.mark.parametrize("dataset", sorted(EXPECTED))

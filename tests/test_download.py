@@ -257,7 +257,7 @@ def test_offline_error_says_where_to_put_the_files(tmp_path: Path):
     assert url in message and "refused" in message.lower()
     assert str(tmp_path / "ptb") in message
     assert all(name in message for name in FAKE)
-    assert "AWD_DATA_DIR" in message and "--data-dir" in message
+    assert f"point data.data_dir or --data-dir, now {tmp_path}," in message   # the setting that named it
     assert_no_corpus_and_no_leftovers(tmp_path, "ptb")
 
 
@@ -271,11 +271,23 @@ def test_an_awd_data_dir_without_the_corpus_is_named_as_set(tmp_path: Path, monk
     # set, but a run's data.data_dir names another folder, read first: pointing it again would not help
     with pytest.raises(DataError) as info:
         ensure_corpus("ptb", tmp_path / "elsewhere", urls=[refused_url()])
-    assert (f"(or pass --data-dir (AWD_DATA_DIR, {tmp_path / 'nowhere'}, is not read: data.data_dir or "
-            f"--data-dir names {tmp_path / 'elsewhere'}) to a folder holding ptb/)") in str(info.value)
-    monkeypatch.delenv("AWD_DATA_DIR")
+    assert (f"(or point data.data_dir or --data-dir, now {tmp_path / 'elsewhere'}, (AWD_DATA_DIR, "
+            f"{tmp_path / 'nowhere'}, is not read while either is set) to a folder holding ptb/)") in str(info.value)
+
+
+def test_the_offline_hint_names_the_setting_that_chose_the_folder(tmp_path: Path, monkeypatch):
+    """A --data-dir (or data.data_dir) was told "(or set AWD_DATA_DIR / pass --data-dir ...)": it had
+    passed one, and AWD_DATA_DIR is not read while it is given."""
+    import data.corpus
+    monkeypatch.delenv("AWD_DATA_DIR", raising=False)
+    monkeypatch.setattr(data.corpus, "DEFAULT_DATA_DIR", tmp_path / "corpora")
     with pytest.raises(DataError) as info:
-        ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])
+        ensure_corpus("ptb", tmp_path / "named", urls=[refused_url()])
+    assert (f"(or point data.data_dir or --data-dir, now {tmp_path / 'named'}, to a folder holding ptb/)"
+            in str(info.value))
+    assert "AWD_DATA_DIR" not in str(info.value)
+    with pytest.raises(DataError) as info:           # the default corpora/, nothing set
+        ensure_corpus("ptb", tmp_path / "corpora", urls=[refused_url()])
     assert "(or set AWD_DATA_DIR / pass --data-dir to a folder holding ptb/)" in str(info.value)
 
 
@@ -338,3 +350,124 @@ def test_unwritable_data_dir_gives_a_data_error(
         ensure_corpus("ptb", tmp_path, urls=[refused_url()])
     assert "cannot write ptb files" in str(info.value)
     assert str(tmp_path / "ptb") in str(info.value)
+
+
+# --- a corpus folder partly filled, a data dir that is a dataset's folder ----
+
+
+def served_ptb(server: LocalServer) -> str:
+    server.routes["/simple-examples.tgz"] = serve(make_tgz(ptb_members()))
+    return server.url("/simple-examples.tgz")
+
+
+def test_some_split_files_present_is_refused_not_completed(
+    tmp_path: Path, server: LocalServer, fake_checksums: None
+):
+    """A custom train.txt and valid.txt beside a downloaded published test.txt trained without a word."""
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    (folder / "train.txt").write_text("my own text\n")
+    (folder / "valid.txt").write_text("my own valid\n")
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path, urls=[served_ptb(server)])
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{folder} holds train.txt, valid.txt but not test.txt" in message
+    assert "all of train.txt, valid.txt, test.txt or none" in message
+    assert server.user_agents == []                       # nothing was fetched
+    assert sorted(p.name for p in folder.iterdir()) == ["train.txt", "valid.txt"]
+
+
+def test_offline_a_partial_folder_names_only_the_missing_files(tmp_path: Path):
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    (folder / "train.txt").write_text("my own text\n")
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path, urls=[refused_url()])
+    assert f"{folder} holds train.txt but not valid.txt, test.txt:" in str(info.value)
+
+
+def test_a_split_path_that_is_a_directory_is_named_as_one(tmp_path: Path, server: LocalServer):
+    (tmp_path / "ptb" / "test.txt").mkdir(parents=True)
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path, urls=[served_ptb(server)])
+    assert str(info.value) == f"{tmp_path / 'ptb' / 'test.txt'} is a directory: expected the ptb split file test.txt"
+    assert server.user_agents == []
+
+
+@pytest.mark.parametrize("named_by", ["AWD_DATA_DIR", "--data-dir"])
+@pytest.mark.parametrize("names", [("train.txt",), ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")])
+def test_a_data_dir_that_is_the_dataset_folder_is_refused_before_downloading(
+    tmp_path: Path, server: LocalServer, fake_checksums: None, monkeypatch, named_by: str, names: tuple
+):
+    """AWD_DATA_DIR=/path/data/ptb read "place ... in /path/data/ptb/ptb by hand" (and online downloaded
+    a second copy into ptb/ptb)."""
+    dataset_folder = tmp_path / "data" / "ptb"
+    dataset_folder.mkdir(parents=True)
+    for name in names:
+        (dataset_folder / name).write_text("the cat\n")
+    if named_by == "AWD_DATA_DIR":
+        monkeypatch.setenv("AWD_DATA_DIR", str(dataset_folder))
+    else:
+        monkeypatch.delenv("AWD_DATA_DIR", raising=False)
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", dataset_folder, urls=[served_ptb(server)])
+    message = str(info.value)
+    assert "\n" not in message
+    setting = "AWD_DATA_DIR" if named_by == "AWD_DATA_DIR" else "data.data_dir or --data-dir"
+    assert message.startswith(f"{setting} names {dataset_folder}, which holds {', '.join(names)} itself")
+    assert message.endswith(f"did you mean its parent, {tmp_path / 'data'}?")
+    assert server.user_agents == []
+    assert not (dataset_folder / "ptb").exists()
+
+
+def test_a_data_dir_holding_split_files_under_another_name_is_told_where_they_go(tmp_path: Path):
+    (tmp_path / "my_ptb").mkdir()
+    (tmp_path / "my_ptb" / "train.txt").write_text("the cat\n")
+    with pytest.raises(DataError) as info:
+        ensure_corpus("ptb", tmp_path / "my_ptb", urls=[refused_url()])
+    assert str(info.value).endswith(f"put them in {tmp_path / 'my_ptb' / 'ptb'}/ as train.txt, valid.txt, test.txt")
+
+
+# --- python -m data.download ---------------------------------------------------
+
+
+def test_the_command_fetches_into_the_folder_runs_read(
+    tmp_path: Path, server: LocalServer, fake_checksums: None, monkeypatch, capsys
+):
+    from dataclasses import replace
+    monkeypatch.setitem(download.SOURCES, "ptb", replace(download.SOURCES["ptb"], urls=(served_ptb(server),)))
+    monkeypatch.setenv("AWD_DATA_DIR", str(tmp_path / "env"))
+    assert download.main(["ptb"]) == 0                    # no --data-dir: AWD_DATA_DIR, as a run
+    assert (tmp_path / "env" / "ptb" / "test.txt").read_bytes() == FAKE["test.txt"]
+    assert capsys.readouterr().out == (f"ptb: train.txt, valid.txt, test.txt in {tmp_path / 'env' / 'ptb'}, "
+                                       f"the published files (sha256 checked)\n")
+    assert download.main(["ptb", "--data-dir", str(tmp_path / "flag")]) == 0
+    assert (tmp_path / "flag" / "ptb" / "train.txt").read_bytes() == FAKE["train.txt"]
+    assert f"--data-dir {tmp_path / 'flag'}" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_the_command_fails_in_one_line_with_exit_2(tmp_path: Path, monkeypatch, capsys):
+    from dataclasses import replace
+    monkeypatch.setitem(download.SOURCES, "ptb", replace(download.SOURCES["ptb"], urls=(refused_url(),)))
+    assert download.main(["ptb", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not download ptb") and err.count("\n") == 1
+    assert download.main(["ptb", "enwik8", "--data-dir", str(tmp_path)]) == 2   # before any download
+    assert capsys.readouterr().err == "error: unknown dataset 'enwik8': expected one of ptb, wikitext-2\n"
+
+
+def test_python_m_data_download_checks_files_already_there(tmp_path: Path):
+    """`python -m data.download` did nothing (exit 0, and runpy's RuntimeWarning). Files placed by hand
+    are checked too: here not the published ones, so exit 2 naming the file, and nothing downloaded."""
+    import subprocess
+    import sys
+    (tmp_path / "ptb").mkdir()
+    for name, content in FAKE.items():
+        (tmp_path / "ptb" / name).write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "data.download", "ptb", "--data-dir", str(tmp_path)],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path / 'ptb'}: checksum mismatch for ptb/train.txt")
+    assert proc.stderr.count("\n") == 1                   # one line: no traceback, no RuntimeWarning
+    assert sorted(p.name for p in (tmp_path / "ptb").iterdir()) == sorted(FAKE)

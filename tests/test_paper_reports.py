@@ -20,6 +20,7 @@ from analysis.stats import format_p
 from analysis.correlation import collect_points, pearson_r, r_with_interval
 from analysis.mos_sweeps import collect, paper_points, sweep
 from analysis.published import GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS
+from analysis.tables import EFFECTIVE_RANK_COLUMNS
 from spectrum.robustness import press_rank_robustness
 from tests.test_tables import make_run
 
@@ -137,6 +138,30 @@ def test_table2_layout_keeps_its_columns_and_adds_the_papers(tmp_path):
     assert ss["[SB] p-value (vs Softmax)"] == "3.92e-01"
     assert ss["p-value (vs Softmax)"] == f"{stats.ttest_ind([56.9, 57.0, 57.1], [57.0, 57.2]).pvalue:.2e}"
     assert dict(zip(header, table_line(markdown, "Softmax")))["[SB] p-value (vs Softmax)"] == "N/A"
+
+
+def test_table6_sets_the_effective_ranks_beside_the_papers(tmp_path):
+    """[SB] Table 6 (SM Tables 17/18): Press and epsilon-effective ranks of the authors'-seed runs,
+    from rank_test.json's "effective_rank" (its keys as json.dumps writes the floats)."""
+    root = tmp_path / "runs"
+    for head, seed, ranks in (("softmax", 141, (402, 50, 199, 301)), ("mos", 28, (9980, 80, 1500, 6400)),
+                              ("mos", 1, (9979, 82, 1510, 6420))):
+        run = fake_run(root, f"{head}-{seed}", "ptb", head, seed, test_ppl=57.0, press_rank=ranks[0],
+                       config={"train": {"asgd_trigger": "et"}})
+        rank = json.loads((run / "rank_test.json").read_text())
+        rank["effective_rank"] = {"0.001": ranks[1], "0.0001": ranks[2], "1e-05": ranks[3]}
+        (run / "rank_test.json").write_text(json.dumps(rank))
+    assert report.main(["table", str(root), "--paper", "table6", "--only", "train.seed=141,28",
+                        "--out", str(tmp_path / "t6")]) == 0
+    markdown = (tmp_path / "t6.md").read_text()
+    header = table_line(markdown, "Model")
+    assert header == ["Model", "Press rank", "[SB] Press rank", "Effective rank, ε = 1e-3", "[SB] Effective rank, ε = 1e-3",
+                      "Effective rank, ε = 1e-4", "[SB] Effective rank, ε = 1e-4", "Effective rank, ε = 1e-5",
+                      "[SB] Effective rank, ε = 1e-5", "n"]
+    assert table_line(markdown, "MoS") == ["MoS", "9,980", "9,983", "80", "81", "1,500", "1,521", "6,400", "6,428", "1"]
+    assert table_line(markdown, "Softmax") == ["Softmax", "402", "402", "50", "52", "199", "201", "301", "306", "1"]
+    [mos] = [row for row in read_csv(tmp_path / "t6.csv") if row["head"] == "mos"]
+    assert mos["effective_rank_e4_values"] == "1500" and mos["paper_effective_rank_e5_mean"] == "6428"
 
 
 def test_table2_compares_each_row_with_softmax_at_its_own_d(tmp_path):
@@ -413,7 +438,7 @@ def test_every_published_table_is_a_paper_option():
     assert parser_choices == "table2"
     for name, table in PUBLISHED_TABLES.items():
         assert set(table.columns) <= {"params", "seconds", "train_ppl", "val_ppl", "test_ppl", "p_value",
-                                      "press_rank", "runs"}
+                                      "press_rank", "runs", *EFFECTIVE_RANK_COLUMNS}
         for row in table.rows:                       # every row can be selected by its group keys
             assert set(row.setting) <= set(table.group_by), (name, row.label)
 

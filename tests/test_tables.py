@@ -173,6 +173,38 @@ def test_a_test_ppl_or_rank_of_another_corpus_is_reported_not_used(tmp_path):
     assert float(rows["Softmax (data.allow_modified_corpus=True, data.data_dir=None)"]["test_ppl_mean"]) == 58.0
 
 
+def test_runs_on_other_text_of_a_modified_corpus_are_not_pooled_whatever_their_folders(tmp_path, capsys):
+    """Runs on a modified corpus were told apart by data.data_dir alone (null when the folder came
+    from AWD_DATA_DIR): two texts from one variable pooled as seeds, one text copied to two
+    folders did not. run.json's hashes decide now; a run without them keeps the folder rule."""
+    root = tmp_path / "runs"
+    def trained_on(run_dir, train_hash, folder):
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config["data"]["allow_modified_corpus"] = True
+        config["data"]["data_dir"] = folder
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        info = json.loads((run_dir / "run.json").read_text())
+        info["corpus"] = {"folder": f"{folder}/ptb", "published": False, "tokens": {"valid": 300, "test": 334},
+                          "sha256": {"train": train_hash, "valid": "b" * 64, "test": "c" * 64}}
+        (run_dir / "run.json").write_text(json.dumps(info))
+    for seed, (ppl, train_hash, folder) in enumerate([(50.0, "a" * 64, "/x"), (52.0, "a" * 64, "/copy"),
+                                                      (90.0, "d" * 64, "/x")], 1):
+        trained_on(make_run(root, f"ptb-softmax-seed{seed}", "softmax", seed, test_ppl=ppl), train_hash, folder)
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    rows = read_csv(tmp_path / "t.csv")
+    assert sorted(rows) == [f"Softmax (data.trained_text=train.txt {h * 12}, valid.txt {'b' * 12})" for h in "ad"]
+    same_text = rows[f"Softmax (data.trained_text=train.txt {'a' * 12}, valid.txt {'b' * 12})"]
+    assert same_text["runs"] == "2" and float(same_text["test_ppl_mean"]) == pytest.approx(51.0)
+    # seed 1 on other text is another run; on the same text in another folder, a copy of it
+    trained_on(make_run(root, "other-text-seed1", "softmax", 1, test_ppl=91.0), "d" * 64, "/x")
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    trained_on(make_run(root, "copy-seed1", "softmax", 1, test_ppl=50.0), "a" * 64, "/copy")
+    capsys.readouterr()
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "copy-seed1" in err and "ptb-softmax-seed1" in err and "one configuration with one seed (1)" in err
+
+
 def test_a_test_ppl_or_rank_of_another_head_is_reported_not_used(tmp_path):
     """An eval_best.json or rank_test.json copied in from another run names another head."""
     root = tmp_path / "runs"

@@ -14,16 +14,19 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import evaluate
 import rank
 import train
+from data.download import file_sha256
 from experiment import checkpoint
 from model.heads.softmax import SoftmaxHead
 from tests.conftest import TINY, enospc_after
 from tests.test_train import metrics, tensorboard_scalars, wait_for
 
 PTB = "configs/ptb/softmax.yaml"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -369,6 +372,49 @@ def test_a_modified_corpus_needs_the_config_key_which_the_config_records(ptb_sli
     assert train.main([PTB, f"data.data_dir={ptb_slice}", *tiny, "data.allow_modified_corpus=true",
                        "run.max_steps=1", f"run.dir={accepted}"]) == 0
     assert "allow_modified_corpus: true" in (accepted / "config.yaml").read_text()
+
+
+def other_text_same_words(small_data: Path, root: Path, split: str) -> Path:
+    """A copy of small_data whose `split` has lines of train.txt added: other text, the same
+    vocabulary (every added word is already in train.txt), so the vocabulary check passes it."""
+    shutil.copytree(small_data, root)
+    train_lines = (small_data / "ptb" / "train.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    with open(root / "ptb" / f"{split}.txt", "a", encoding="utf-8") as f:
+        f.writelines(train_lines[:20])
+    return root
+
+
+def test_a_run_resumes_only_on_the_text_it_trained_on(small_data, tmp_path, capsys):
+    """A modified corpus of the same words passed the vocabulary check: a run resumed on other
+    training text trained its later epochs on it, recorded as one corpus. run.json keeps the
+    hashes; other text is refused, a copy of the same text in another folder is not."""
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, f"data.data_dir={small_data}", *TINY, "run.max_steps=2", f"run.dir={run_dir}"]) == 0
+    recorded = json.loads((run_dir / "run.json").read_text())["corpus"]
+    assert recorded["published"] is False and recorded["folder"] == str(small_data / "ptb")
+    assert recorded["sha256"]["train"] == file_sha256(small_data / "ptb" / "train.txt")
+    capsys.readouterr()
+    for split in ("train", "valid"):
+        other = other_text_same_words(small_data, tmp_path / f"other-{split}", split)
+        before = snapshot(run_dir)
+        assert train.main(["--resume", str(run_dir), f"data.data_dir={other}", "run.max_steps=4"]) == 2
+        err = one_line_error(capsys)
+        assert f"{run_dir}: the run trained on other text: {split}.txt (sha256 " in err
+        assert f"in {other / 'ptb'}, " in err and f"in {small_data / 'ptb'} at training)" in err
+        assert snapshot(run_dir) == before
+    same = tmp_path / "same-text"
+    shutil.copytree(small_data, same)
+    assert train.main(["--resume", str(run_dir), f"data.data_dir={same}", "run.max_steps=3"]) == 0
+
+
+def test_a_relative_data_dir_is_kept_as_the_folder_it_named(small_data, tmp_path, monkeypatch):
+    """config.yaml is read again from other working directories (evaluate.py, rank.py, --resume):
+    a data.data_dir kept as typed named other folders there."""
+    monkeypatch.chdir(small_data.parent)
+    run_dir = tmp_path / "run"
+    assert train.main([str(REPO_ROOT / PTB), f"data.data_dir={small_data.name}", *TINY, "run.max_steps=1",
+                       f"run.dir={run_dir}"]) == 0
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["data"]["data_dir"] == str(small_data)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import data.corpus
 import report
 from analysis import AnalysisError
 from analysis.wordsim import (Benchmark, ModelScores, Score, by_head, read_benchmark, read_benchmarks, score, win_counts,
@@ -115,9 +116,9 @@ def test_a_row_of_several_runs_gives_its_n_and_spread(tmp_path):
     """--by-head averages rho over a head's seeds: the row says how many and their sample std,
     in the Markdown and the CSV; a row of one run has no spread."""
     benchmarks = [Benchmark("A", []), Benchmark("B", [])]
-    runs = [ModelScores(f"ptb-mos-seed{i}", "ptb", "mos", [Score(a, 10, 2), Score(b, 8, 4)])
+    runs = [ModelScores(f"ptb-mos-seed{i}", "ptb", "mos", [Score(a, 10, 2), Score(b, 8, 4)], "ptb-vocab")
             for i, (a, b) in enumerate([(0.10, 0.30), (0.20, 0.50), (0.30, 0.40)])]
-    runs.append(ModelScores("ptb-softmax-seed1", "ptb", "softmax", [Score(0.25, 10, 2), Score(0.35, 8, 4)]))
+    runs.append(ModelScores("ptb-softmax-seed1", "ptb", "softmax", [Score(0.25, 10, 2), Score(0.35, 8, 4)], "ptb-vocab"))
     rows = by_head(runs)
     assert [(r.label, r.runs) for r in rows] == [("MoS", 3), ("Softmax", 1)]
     assert rows[0].scores[0].rho == pytest.approx(0.2) and rows[0].scores[0].std == pytest.approx(0.1)
@@ -128,7 +129,7 @@ def test_a_row_of_several_runs_gives_its_n_and_spread(tmp_path):
     assert "| Softmax | 1 | 0.2500 | 0.3500 |" in markdown
     assert "not a test" in markdown
     # a benchmark with fewer than two pairs in the vocabulary has no rho: a dash, said why, not "nan"
-    lone = [ModelScores("ptb-ss-seed1", "ptb", "ss", [Score(float("nan"), 1, 11), Score(0.3, 8, 4)])]
+    lone = [ModelScores("ptb-ss-seed1", "ptb", "ss", [Score(float("nan"), 1, 11), Score(0.3, 8, 4)], "ptb-vocab")]
     text = write_wordsim(lone, benchmarks, tmp_path / "lone")
     assert "| ptb-ss-seed1 | 1 | — | 0.3000 |" in text and "nan" not in text
     assert "—: fewer than two of the benchmark's pairs in the vocabulary, so no rho." in text
@@ -136,3 +137,86 @@ def test_a_row_of_several_runs_gives_its_n_and_spread(tmp_path):
         csv_rows = {r["model"]: r for r in csv.DictReader(f)}
     assert csv_rows["MoS"]["runs"] == "3" and float(csv_rows["MoS"]["A_std"]) == pytest.approx(0.1)
     assert csv_rows["Softmax"]["A_std"] == "" and csv_rows["Softmax"]["B_used"] == "8"
+
+
+def test_a_benchmark_file_not_in_utf8_is_named_with_its_line(tiny_run, tmp_path, capsys):
+    """A Latin-1 benchmark file is one line naming the file, its line and UTF-8 (exit 2), as a
+    corpus file's is, not a UnicodeDecodeError traceback."""
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    path = folder / "EN-X.txt"
+    path.write_bytes(b"tiger cat 7.35\ncaf\xe9 coffee 3.0\n")
+    with pytest.raises(AnalysisError) as error:
+        read_benchmark(path)
+    assert str(error.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9)")
+    assert report.main(["wordsim", str(tiny_run), "--benchmarks", str(folder), "--out", str(tmp_path / "ws")]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"error: {path}:2: not UTF-8") and stderr.count("\n") == 1
+    # a benchmark name that is not a readable file is one line too
+    path.unlink()
+    (folder / "EN-DIR.txt").mkdir()
+    with pytest.raises(AnalysisError, match=r"EN-DIR\.txt: cannot read the benchmark file"):
+        read_benchmarks(folder)
+
+
+def test_only_the_en_files_of_the_folder_are_benchmarks(tmp_path):
+    """The published benchmarks are EN-*.txt, as --benchmarks' help says: a README.txt beside them
+    is not read (it was refused as a bad benchmark line)."""
+    (tmp_path / "EN-TOY-2.txt").write_text("tiger cat 7.35\nplane car 5.77\n")
+    (tmp_path / "README.txt").write_text("These are the word-similarity benchmarks.\n")
+    assert read_benchmarks(tmp_path) == [Benchmark("TOY-2", [("tiger", "cat", 7.35), ("plane", "car", 5.77)])]
+    (tmp_path / "EN-TOY-2.txt").unlink()
+    with pytest.raises(AnalysisError, match=r"no benchmark files \(EN-\*\.txt"):
+        read_benchmarks(tmp_path)
+
+
+def test_pairs_and_wins_are_per_vocabulary(tmp_path):
+    """Runs of different vocabularies (here two PTB runs on different corpus files, and a WikiText-2
+    run) are scored on different pairs: the Markdown gives each vocabulary's pairs used / skipped,
+    and no win is counted between rows of different vocabularies; --by-head refuses to average
+    their rho."""
+    benchmarks = [Benchmark("A", []), Benchmark("B", [])]
+    rows = [ModelScores("ptb-softmax", "ptb", "softmax", [Score(0.5, 10, 2), Score(0.4, 8, 4)], "ptb-1"),
+            ModelScores("ptb-mos", "ptb", "mos", [Score(0.6, 10, 2), Score(0.5, 8, 4)], "ptb-1"),
+            ModelScores("ptb-mos-edited", "ptb", "mos", [Score(0.1, 7, 5), Score(0.2, 6, 6)], "ptb-2"),
+            ModelScores("wt2-mos", "wikitext-2", "mos", [Score(0.9, 11, 1), Score(0.9, 12, 0)], "wt2")]
+    text = write_wordsim(rows, benchmarks, tmp_path / "ws")
+    assert "| pairs used / skipped (ptb: ptb-softmax, ptb-mos) |  | 10 / 2 | 8 / 4 |" in text
+    assert "| pairs used / skipped (ptb: ptb-mos-edited) |  | 7 / 5 | 6 / 6 |" in text
+    assert "| pairs used / skipped (wikitext-2) |  | 11 / 1 | 12 / 0 |" in text
+    assert "| ptb-softmax | 0 | 0 | — | — |" in text
+    assert "| ptb-mos | 2 | 0 | — | — |" in text
+    assert "| wt2-mos | — | — | — | 0 |" in text
+    assert "—: the two rows have different vocabularies" in text
+    assert (tmp_path / "ws_wins.png").read_bytes()[:4] == b"\x89PNG"
+    # one vocabulary: one row named by its dataset, every win counted, no note
+    text = write_wordsim(rows[:2], benchmarks, tmp_path / "one")
+    assert "| pairs used / skipped (ptb) |" in text and "different vocabularies" not in text
+    with pytest.raises(AnalysisError, match=r"--by-head: MoS \(ptb\): the runs have different vocabularies "
+                                            r"\(ptb-1: ptb-mos; ptb-2: ptb-mos-edited\)"):
+        by_head(rows)
+    assert [r.label for r in by_head([rows[0], rows[1], rows[3]])] == ["Softmax (ptb)", "MoS (ptb)", "MoS (wikitext-2)"]
+
+
+def test_the_benchmarks_default_to_the_data_directorys_folder(tiny_run, benchmark_dir, tmp_path, monkeypatch,
+                                                              capsys):
+    """Without --benchmarks and $AWD_DATA_DIR, the benchmarks are word-similarity/ in the data
+    directory the corpora default to (as a plan's wordsim step reads them); a folder that is not
+    there is one line saying where it looked and how to point elsewhere."""
+    default = tmp_path / "corpora"
+    (default / "word-similarity").mkdir(parents=True)
+    for name in ("EN-MC-30.txt", "EN-WS-353-ALL.txt"):
+        (default / "word-similarity" / name).write_bytes((benchmark_dir / name).read_bytes())
+    monkeypatch.setattr(data.corpus, "DEFAULT_DATA_DIR", default)
+    monkeypatch.delenv("AWD_DATA_DIR", raising=False)
+    assert report.main(["wordsim", str(tiny_run), "--out", str(tmp_path / "ws")]) == 0
+    with open(tmp_path / "ws.csv", newline="") as f:
+        assert "WS-353-ALL_used" in next(csv.DictReader(f))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("AWD_DATA_DIR", str(elsewhere))
+    capsys.readouterr()
+    assert report.main(["wordsim", str(tiny_run), "--out", str(tmp_path / "ws")]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"error: {elsewhere / 'word-similarity'}: no such benchmark folder") and stderr.count("\n") == 1
+    assert "$AWD_DATA_DIR" in stderr and "--benchmarks FOLDER" in stderr
