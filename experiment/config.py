@@ -271,16 +271,18 @@ def _merge(into: dict, new: dict, origin: dict, source: str, prefix: str = "") -
 
 
 def _load_file(path: Path, origin: dict, seen: tuple = ()) -> dict:
-    path = path.resolve()
-    if path in seen:
-        raise ConfigError(f"{path}: base files include each other in a cycle")
-    data = read_yaml(path)
+    """The file's keys merged over its base files' (each key's origin: the file that set it,
+    named as reached from the path given, so that an error names the base file it came from)."""
+    resolved = path.resolve()
+    if resolved in seen:
+        raise ConfigError(f"{resolved}: base files include each other in a cycle")
+    data = read_yaml(resolved)
     base = data.pop("base", None)
     merged: dict = {}
     if base is not None:
         if not isinstance(base, str):
             raise ConfigError(f"{path}: base: expected a file name, got {base!r}")
-        merged = _load_file(path.parent / base, origin, seen + (path,))
+        merged = _load_file(Path(os.path.normpath(path.parent / base)), origin, seen + (resolved,))
     _merge(merged, data, origin, str(path))
     return merged
 
@@ -289,8 +291,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key=value, e.g. train.lr=30")
     key, raw = text.split("=", 1)
+    if not raw.strip():
+        # YAML reads an empty value as null, which quietly cleared a setting (an unset shell
+        # variable in train.init_from=$CKPT trained from random weights)
+        raise ConfigError(f"override {text!r}: empty value; write {key.strip()}=null to clear the "
+                          f"setting, or give a value")
     try:
-        value = parse_yaml(raw) if raw.strip() else None
+        value = parse_yaml(raw)
     except (yaml.YAMLError, _DuplicateKey):
         value = raw
     return key.strip().split("."), value
@@ -378,6 +385,11 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
         if key not in known:
             valid = (f"valid keys{' of ' + owner if owner else ''}: {', '.join(sorted(known))}" if known
                      else f"{owner or 'this section'} takes no keys")
+            named_by = origin.get(f"{section}.name")
+            if owner and str(named_by).startswith("override") and not where(key).startswith("override"):
+                # head.name changed (an override) over a file that set another head's options
+                valid += (f"; {where(key)} sets it for its own head: to change the head, clear its "
+                          f"options too: 'head={{}}' head.name=... with the new head's options")
             raise ConfigError(f"{where(key)}: unknown key {section}.{key} ({valid})")
     kwargs = {}
     for f in dataclasses.fields(cls):
@@ -418,7 +430,7 @@ def _resolve(raw: dict, origin: dict) -> Config:
     head_raw = dict(head or {})
     head_name = head_raw.pop("name", None)
     if head_name not in HEADS:
-        # a missing name is blamed on whatever set the head section last (`head=` empties it)
+        # a missing name is blamed on whatever set the head section last (`head=null` empties it)
         source = origin.get("head.name") if "name" in (head or {}) else origin.get("head", "config")
         raise ConfigError(f"{source}: head.name: expected one of {', '.join(HEADS)}, got {head_name!r}")
     head_cls = HEADS[head_name]
@@ -438,7 +450,9 @@ def load_config(path: str | Path | None, overrides: list[str] = (), base: dict |
     if base is not None:
         _merge(raw, base, origin, "saved run config")
     if path is not None:
-        _merge(raw, _load_file(Path(path), origin), origin, str(path))
+        from_files: dict = {}              # each key's file: the config's own or a base file
+        _merge(raw, _load_file(Path(path), from_files), origin, str(path))
+        origin.update(from_files)
         origin[""] = str(path)             # the config as a whole: what a missing key is blamed on
     for text in overrides:
         _apply_override(raw, text, origin)

@@ -58,7 +58,11 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("head=softmax", "head: expected a mapping of keys (name: and the head's options, e.g. head.name=softmax), "
                      "got 'softmax'"),
     ("head=3", "head: expected a mapping of keys"),
-    ("head=", "head.name: expected one of"),
+    ("head=null", "head.name: expected one of"),
+    # an empty value was YAML's null: train.init_from=$UNSET trained from random weights
+    ("train.init_from=", "empty value; write train.init_from=null to clear the setting, or give a value"),
+    ("data.data_dir= ", "empty value; write data.data_dir=null"),
+    ("run.dir=", "empty value; write run.dir=null"),
     ("head.name=gss", "missing required key head.c of the gss head (a finite float32 number)"),
     ("head.k=2", "unknown key head.k (the softmax head takes no keys)"),
     ("model.nhidlast=300", "nhidlast must equal emsize"),
@@ -102,6 +106,18 @@ def test_errors_in_files_name_the_file(tmp_path):
     loop = tmp_path / "loop.yaml"
     loop.write_text("base: loop.yaml\n")
     assert "cycle" in error_of(loop)
+    # a bad value in a base file names the base file, not the config that chains to it
+    (tmp_path / "bad_base.yaml").write_text("base: base.yaml\nmodel: {dropout: 1.5}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: bad_base.yaml\nhead: {name: softmax}\ntrain: {lr: 1, batch_size: 2, epochs: 1, seed: 1}\n")
+    assert error_of(child) == f"{tmp_path / 'bad_base.yaml'}: model.dropout: expected a probability in [0, 1), got 1.5"
+
+
+def test_another_head_over_a_file_that_sets_its_heads_options_says_how_to_clear_them():
+    message = error_of("configs/ptb_mini/mos.yaml", overrides=["head.name=softmax"])
+    assert message.startswith("configs/ptb_mini/mos.yaml: unknown key head.components (the softmax head takes no keys; ")
+    assert "'head={}' head.name=..." in message
+    assert load_config("configs/ptb_mini/mos.yaml", ["head={}", "head.name=softmax"]).head_name == "softmax"
 
 
 def test_a_tilde_in_run_dir_or_a_plans_out_is_the_home_folder(tmp_path):

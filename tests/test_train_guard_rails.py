@@ -407,6 +407,18 @@ def test_a_run_resumes_only_on_the_text_it_trained_on(small_data, tmp_path, caps
     assert train.main(["--resume", str(run_dir), f"data.data_dir={same}", "run.max_steps=3"]) == 0
 
 
+def test_a_vocabulary_of_as_many_other_words_is_named_as_such(tiny_run, small_data, tmp_path, capsys):
+    """valid.txt and test.txt swapped: the same words numbered in another order. The message
+    said "(N words) is not the vocabulary ... (N words)"."""
+    swapped = tmp_path / "swapped"
+    shutil.copytree(small_data, swapped)
+    for split, other in (("valid", "test"), ("test", "valid")):
+        shutil.copy(small_data / "ptb" / f"{other}.txt", swapped / "ptb" / f"{split}.txt")
+    assert evaluate.main([str(tiny_run), "--device", "cpu", "--data-dir", str(swapped)]) == 2
+    err = one_line_error(capsys)
+    assert "words, as many but other words or in another order (vocabulary sha256 " in err
+
+
 def test_a_relative_data_dir_is_kept_as_the_folder_it_named(small_data, tmp_path, monkeypatch):
     """config.yaml is read again from other working directories (evaluate.py, rank.py, --resume):
     a data.data_dir kept as typed named other folders there."""
