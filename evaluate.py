@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -157,15 +159,121 @@ def evaluate(run, args) -> int:
 
 
 def report(run, results: dict, args, file_name: str) -> None:
-    """Print the results and save them beside the checkpoint (eval_best.json for best.pt)."""
+    """Print the results and save them beside the checkpoint (eval_best.json for best.pt), with
+    a note where that rewrites a file of other settings; a loss that is not finite is refused."""
+    refuse_non_finite(results, run.config.model.nhidlast)
     method = f" with {results['method']}" if "method" in results else ""
     print(f"{run.path}: {results['head']} on {results['dataset']}, "
           f"{describe_weights(run.weights())}{method}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "
           f"test ppl {results['test_ppl']:.2f} (batch {results['test_batch_size']})")
-    write_text_atomic(run.run_dir / file_name, json.dumps(results, indent=1) + "\n")
+    path = run.run_dir / file_name
+    before = read_previous_result(path)
+    write_text_atomic(path, json.dumps(results, indent=1, allow_nan=False) + "\n")
+    if before is not None and (note := rewrite_note(path, before, results)):
+        print(note, file=sys.stderr)
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps(results, allow_nan=False))
+
+
+def refuse_non_finite(results: dict, hidden_size: int) -> None:
+    """A perplexity that is not a finite number (a NaN or infinite loss, or one past exp's range
+    in float64, 709.78 nats a word, which only a broken model reaches) is neither written nor shown:
+    a ConfigError naming the method, its settings and the cause (`hidden_size`: the last LSTM
+    layer's)."""
+    bad = {split: results[f"{key}_loss"] for split, key in RESULT_KEY.items()
+           if not math.isfinite(results[f"{key}_ppl"])}
+    if not bad:
+        return
+    losses = " and ".join(f"{split} loss {loss:.4g}" for split, loss in bad.items()) + (
+        "" if all(map(math.isnan, bad.values())) else " (past 709.78 nats the perplexity overflows float64)")
+    method, settings = results.get("method"), results.get("settings", {})
+    broken = "the model's log-probabilities of the text are not usable numbers"
+    if method is None:
+        lead, cause = (f"plain evaluation (valid batch size {results['val_batch_size']}, test batch size "
+                       f"{results['test_batch_size']})", broken)
+    else:
+        if method == "cache" and settings["theta"] > cache.largest_safe_theta(hidden_size):
+            culprits = ["theta"]
+            cause = (f"the cache's scores theta <h_t, h_i> overflow float32 (the model's precision, in which "
+                     f"AWD-LSTM's pointer.py computes them too); give a --cache-theta of at most "
+                     f"{cache.largest_safe_theta(hidden_size):.3g}")
+        elif method == "dynamic":
+            culprits = ["lr", "epsilon"]
+            cause = ("the steps lr * g / (S + epsilon) made the weights diverge; give a smaller "
+                     "--dynamic-lr or a larger --dynamic-epsilon")
+        else:
+            culprits, cause = [], broken
+        said = method_settings_in_words(method, settings)
+        lead = " ".join(said[field] for field in culprits) or f"--{method}"
+        lead += f" (with {', '.join(text for field, text in said.items() if field not in culprits)})"
+    raise ConfigError(f"{lead}: {losses}: {cause}; nothing written")
+
+
+def method_settings_in_words(method: str, settings: dict) -> dict[str, str]:
+    """A result's method settings as the flags that give them, e.g. {"theta": "--cache-theta 1"}."""
+    flags = {field: flag.replace("_", "-") for flag, field in METHOD_FLAGS[method].items()}
+    return {field: f"--{flags.get(field, field)} {setting_in_words(value)}" for field, value in settings.items()}
+
+
+def setting_in_words(value) -> str:
+    if value is None:
+        return "unset"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def read_previous_result(path: Path) -> dict | None:
+    """The result file a run of evaluate.py is about to rewrite: its JSON object, {} where it
+    holds something else, None where there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return {}
+    try:
+        result = json.loads(text)
+    except ValueError:
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
+def result_settings(results: dict) -> dict[str, str]:
+    """What a result's numbers were computed with besides the run's config, each in words: the
+    weights, the batch sizes, the text and the method's settings. An earlier evaluate.py's file
+    may lack some; only those present are said."""
+    said = {}
+    if "step" in results:
+        said["weights"] = f"the {results.get('weights')} weights of step {results['step']}"
+    for key, name in (("val_batch_size", "valid batch size"), ("test_batch_size", "test batch size")):
+        if key in results:
+            said[key] = f"{name} {results[key]}"
+    corpus = results.get("corpus") or {}
+    if "folder" in corpus:
+        said["corpus"] = f"the corpus in {corpus['folder']}"
+    for split, digest in (corpus.get("sha256") or {}).items():
+        said[f"{split} text"] = f"the {split} text of sha256 {digest[:8]}..."
+    if "method" in results:
+        said["method"] = "--cache-search" if "search" in results else f"--{results['method']}"
+        said.update(method_settings_in_words(results["method"], results.get("settings") or {}))
+    return said
+
+
+def rewrite_note(path: Path, before: dict, now: dict) -> str | None:
+    """One line saying what a rewritten result file held where its settings differ from the new
+    one's (the earlier numbers are gone from the run directory otherwise); None where they agree."""
+    if not before:
+        return f"note: rewrote {path}, which held no result of evaluate.py"
+    old, new = result_settings(before), result_settings(now)
+    changed = [key for key in old if key in new and old[key] != new[key]]
+    if "corpus" in changed:                      # another folder's text: the folder says it
+        changed = [key for key in changed if not key.endswith(" text")]
+    if not changed:
+        return None
+    numbers = ", ".join(f"{name} ppl {before[key]:.2f}" for name, key in (("valid", "val_ppl"), ("test", "test_ppl"))
+                        if isinstance(before.get(key), (int, float)))
+    return (f"note: rewrote {path} (before: {numbers or 'no perplexities'} with "
+            f"{', '.join(old[key] for key in changed)}; now {', '.join(new[key] for key in changed)})")
 
 
 def evaluate_with_method(run, args) -> int:

@@ -50,7 +50,11 @@ def sample(model, vocab: list[str], words: int, temperature: float, generator: t
     for _ in range(words):
         result = model(word, hidden)
         hidden = result.hidden
-        weights = torch.softmax(result.log_probs[-1, 0].double() / temperature, dim=-1)
+        # Measured from the most probable word, whose log-probability stays 0 at any temperature
+        # > 0: dividing the raw ones by a tiny temperature sends them all to -inf (no
+        # distribution left), this sends only the others there, so T -> 0 gives the argmax.
+        log_probs = result.log_probs[-1, 0].double()
+        weights = torch.softmax((log_probs - log_probs.max()) / temperature, dim=-1)
         word = torch.multinomial(weights.to(generator.device), 1, generator=generator).view(1, 1).to(device)
         token = vocab[word.item()]
         out.append("\n" if token == "<eos>" else token + " ")

@@ -72,6 +72,19 @@ PUBLISHED = {"ptb": CacheSettings(window=500, theta=1.0, lam=0.1, bptt=5000),
              "wikitext-2": CacheSettings(window=3785, theta=0.662, lam=0.1279, bptt=2000)}
 
 
+# The scores theta <h_t, h_i> are computed in the model's precision, float32, as pointer.py
+# computes them (a float64 product would only take larger thetas, none of them a published or
+# searched one, at the cost of float64's speed on GPUs); past float32's range they overflow and
+# the mixture is NaN, which evaluate.py refuses (largest_safe_theta says where).
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def largest_safe_theta(hidden_size: int) -> float:
+    """The largest theta whose scores cannot overflow float32: h is an LSTM's output, every entry
+    in (-1, 1), so |<h_t, h_i>| < hidden_size (the last layer's size)."""
+    return FLOAT32_MAX / hidden_size
+
+
 def mix(log_p_model: torch.Tensor, log_p_cache: torch.Tensor, lam: float) -> torch.Tensor:
     """log((1 - lambda) p_model + lambda p_cache), elementwise; -inf in log_p_cache is p = 0."""
     if lam == 0:

@@ -55,4 +55,8 @@ def mean_nll(chunks: Iterable[torch.Tensor], progress=None) -> float:
 
 
 def perplexity(nll: float) -> float:
-    return math.exp(nll) if nll < 700 else float("inf")
+    """exp(nll): inf past float64's range (709.78 nats), NaN for a NaN loss (never a number)."""
+    try:
+        return math.exp(nll)
+    except OverflowError:
+        return math.inf

@@ -6,7 +6,7 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -181,25 +181,70 @@ class TrainedModel:
     checkpoint: dict
 
     def weights(self) -> dict:
-        """Which weights the model holds: from best.pt those validated after its epoch (the ASGD
-        averages once averaging runs); from last.pt the model's own weights where training stands,
-        after its last complete epoch or within the epoch in progress (the averages are in its
-        optimizer state). JSON-ready, for the results evaluate.py and rank.py write."""
-        ckpt = self.checkpoint
-        if ckpt.get("kind") == "last":
-            p = TrainingProgress.from_dict(ckpt["progress"])
-            complete = p.position == 0           # at an epoch boundary: `epoch` is the next one
-            return {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
-                    "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
-        return {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
+        """Which weights the model holds (checkpoint_weights), read once: a checkpoint of a run's
+        starting weights reads the checkpoint they came from."""
+        if self._weights is None:
+            self._weights = checkpoint_weights(self.checkpoint)
+        return self._weights
+
+    _weights: dict | None = field(default=None, repr=False)
+
+
+def checkpoint_weights(ckpt: dict) -> dict:
+    """Which weights a checkpoint holds: from best.pt those validated after its epoch (the ASGD
+    averages once averaging runs); from last.pt the model's own weights where training stands,
+    after its last complete epoch or within the epoch in progress (the averages are in its
+    optimizer state); before the first step of a run from train.init_from (a finetuning's
+    best.pt until an epoch beats them), the weights of that checkpoint (starting_weights).
+    JSON-ready, for the results evaluate.py and rank.py write."""
+    if ckpt.get("kind") == "last":
+        p = TrainingProgress.from_dict(ckpt["progress"])
+        complete = p.position == 0           # at an epoch boundary: `epoch` is the next one
+        held = {"epoch": p.completed_epochs if complete else p.epoch, "epoch_complete": complete,
+                "step": p.step, "weights": "raw", "asgd": ckpt["optimizer"]["averaged"]}
+    else:
+        held = {"epoch": ckpt["epoch"], "epoch_complete": True, "step": ckpt["step"],
                 "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
+    init_from = ckpt["config"]["train"].get("init_from")
+    if held["step"] == 0 and init_from:
+        return {**held, **starting_weights(init_from, ckpt["model"])}
+    return held
+
+
+def starting_weights(init_from: str, model_state: dict) -> dict:
+    """The weights and asgd of a run's weights before its first step, which are those of its
+    train.init_from checkpoint (a finetuning's: the trained run's best.pt, the ASGD averages
+    where it averaged), with that checkpoint's own record under starting_weights. The run's
+    checkpoint cannot say it: its `averaged` is of the run's own optimizer, which has not
+    averaged anything yet. Told only where the file still holds the same weights; else
+    "unknown", with the reason."""
+    try:
+        source = checkpoint.load(init_from, map_location="cpu")
+    except checkpoint.CheckpointError as e:
+        return unknown_starting_weights(init_from, f"it cannot be read now ({e})")
+    if source["model"].keys() != model_state.keys() or not all(
+            torch.equal(source["model"][name], tensor) for name, tensor in model_state.items()):
+        return unknown_starting_weights(init_from, "it now holds other weights")
+    record = checkpoint_weights(source)
+    return {"weights": record["weights"], "asgd": record["asgd"],
+            "starting_weights": {"checkpoint": str(init_from), **record}}
+
+
+def unknown_starting_weights(init_from: str, reason: str) -> dict:
+    return {"weights": "unknown", "asgd": None,
+            "starting_weights": {"checkpoint": str(init_from), "unknown": reason}}
 
 
 def describe_weights(w: dict) -> str:
-    """TrainedModel.weights() in words, e.g. "weights after epoch 2 (step 96), raw"."""
+    """checkpoint_weights() in words, e.g. "weights after epoch 2 (step 96), raw"."""
+    source = w.get("starting_weights")
+    if source is not None:
+        where = f"the starting weights (before this run's first training step) from {source['checkpoint']}"
+        if "unknown" in source:
+            return f"{where}, which are not known: {source['unknown']}"
+        return f"{where}, its {describe_weights(source)}"
     if w["step"] == 0:
-        where = ("the weights before this run's first training step (its initial weights, or a "
-                 "finetuning's starting weights)")
+        where = "the weights before this run's first training step (its initial weights)"
     elif w["epoch_complete"]:
         where = f"weights after epoch {w['epoch']} (step {w['step']})"
     else:

@@ -15,7 +15,7 @@ import evaluate
 from data import load_corpus
 from data.batching import batchify
 from evaluation import cache, dynamic as dynamic_eval
-from experiment.config import load_config
+from experiment.config import ConfigError, load_config
 from evaluation.loop import evaluate_nll, iterate_chunks
 from experiment.loading import load_trained
 from model import build_model
@@ -496,6 +496,51 @@ def test_settings_under_which_a_method_would_not_be_itself_are_refused_with_the_
         f"error: --dynamic-ms-batches {available + 1}: the training split has {available} batches of 4 "
         f"columns x 5 positions; give at most {available}, or leave it out for all of them\n")
     assert {path: path.read_bytes() for path in tiny_run.glob("eval_*.json")} == results
+
+
+def test_a_result_that_is_not_a_number_is_refused_and_nothing_written(tiny_run, capsys):
+    """A theta whose scores overflow float32 made every cached position NaN, and a huge lr made
+    dynamic evaluation's weights diverge: both were printed as ppl inf, exit 0, and written with
+    NaN / Infinity (not JSON)."""
+    results = {path: path.read_bytes() for path in tiny_run.glob("eval_*.json")}   # other tests' too
+    safe = cache.largest_safe_theta(load_trained(tiny_run, CPU).config.model.nhidlast)
+    assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "50", "--cache-theta", "1e45"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "error: --cache-theta 1e+45 (with --cache-window 50, --cache-lambda 0.1, --cache-bptt 5000, "
+        "--cache-start reference): valid loss nan and test loss nan: the cache's scores theta <h_t, h_i> "
+        "overflow float32 (the model's precision, in which AWD-LSTM's pointer.py computes them too); "
+        f"give a --cache-theta of at most {safe:.3g}; nothing written\n")
+    assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-lr", "1e30", "--dynamic-ms-batches", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --dynamic-lr 1e+30 --dynamic-epsilon 0.001 (with --dynamic-lambda 0.075, "
+                          "--dynamic-bptt 5, --dynamic-ms-batch-size 100, --dynamic-ms-batches 3): valid loss ")
+    assert err.endswith(": the steps lr * g / (S + epsilon) made the weights diverge; give a smaller "
+                        "--dynamic-lr or a larger --dynamic-epsilon; nothing written\n") and err.count("\n") == 1
+    assert {path: path.read_bytes() for path in tiny_run.glob("eval_*.json")} == results
+
+
+def test_the_largest_safe_theta_gives_a_finite_cache(trained):
+    """The bound the refusal gives is safe: the LSTM's outputs lie in (-1, 1)."""
+    theta = cache.largest_safe_theta(trained.config.model.nhidlast)
+    source = batchify(trained.corpus.test, 1)
+    assert math.isfinite(cache.cache_nll(trained.model, source, cache.CacheSettings(window=50, theta=theta, lam=0.1)))
+    assert math.isnan(cache.cache_nll(trained.model, source, cache.CacheSettings(window=50, theta=1e45, lam=0.1)))
+
+
+@pytest.mark.parametrize("losses, message", [
+    ((math.nan, 4.0), "plain evaluation (valid batch size 2, test batch size 1): valid loss nan: the model's "
+                      "log-probabilities of the text are not usable numbers; nothing written"),
+    ((4.0, 800.0), "plain evaluation (valid batch size 2, test batch size 1): test loss 800 (past 709.78 nats "
+                   "the perplexity overflows float64): the model's log-probabilities of the text are not "
+                   "usable numbers; nothing written")])
+def test_a_plain_result_that_is_not_a_number_is_refused(losses, message):
+    results = {"val_batch_size": 2, "test_batch_size": 1}
+    for key, loss in zip(("val", "test"), losses):
+        results.update({f"{key}_loss": loss, f"{key}_ppl": evaluate.perplexity(loss)})
+    with pytest.raises(ConfigError) as refused:
+        evaluate.refuse_non_finite(results, hidden_size=16)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("argv, message", [

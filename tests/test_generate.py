@@ -37,12 +37,15 @@ def test_every_head_samples_reproducibly_and_writes_nothing(head, small_data, tm
     assert snapshot(run) == before                    # no checkpoint or file written
 
 
-def test_low_temperature_keeps_to_the_most_probable_word(tiny_run):
+# 1e-320 is a float64 subnormal: dividing the log-probabilities themselves by it sent every one
+# to -inf, a distribution of NaNs, and the sampler raised.
+@pytest.mark.parametrize("temperature", [1e-4, 1e-320])
+def test_low_temperature_keeps_to_the_most_probable_word(tiny_run, temperature):
     import torch
     from experiment.loading import load_trained
     run = load_trained(tiny_run, torch.device("cpu"))
     ids = run.corpus.word_to_id()
-    cold = generate.sample(run.model, run.corpus.vocab, 30, 1e-4, torch.Generator().manual_seed(1))
+    cold = generate.sample(run.model, run.corpus.vocab, 30, temperature, torch.Generator().manual_seed(1))
     sampled = torch.tensor([ids[w] for w in cold.replace("\n", " <eos> ").split()]).view(-1, 1)
     # T -> 0: after the first (uniformly drawn) word, each word is the model's most probable one
     # given the words before it
@@ -50,6 +53,12 @@ def test_low_temperature_keeps_to_the_most_probable_word(tiny_run):
     assert torch.equal(log_probs.argmax(-1), sampled[1:, 0])
     hot = generate.sample(run.model, run.corpus.vocab, 30, 1.0, torch.Generator().manual_seed(1))
     assert hot.split()[0] == cold.split()[0] and hot != cold    # T = 1 samples: another text
+
+
+def test_any_temperature_above_zero_samples_from_the_command_line(tiny_run, capsys):
+    for temperature in ("1e-320", "1e300"):
+        assert generate.main([str(tiny_run), "--words", "5", "--temperature", temperature]) == 0
+        assert len(capsys.readouterr().out.replace("\n", " <eos> ").split()) in (5, 6)
 
 
 def test_the_text_goes_to_out_too(tiny_run, tmp_path, capsys):
