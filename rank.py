@@ -23,6 +23,7 @@ errors of 1e-28 are float64 rounding), and the result is written to robustness_<
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -43,7 +44,7 @@ from experiment.run_directory import RunDirectoryError, analysis_lock, write_ato
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
-from spectrum.streaming import CUSOLVER_GESVD_MAX_N, torch_backend_bytes
+from spectrum.streaming import CUSOLVER_GESVD_MAX_N, NonFiniteMatrix, torch_backend_bytes
 from spectrum.robustness import NOISE_SCALES, press_rank_robustness
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -210,6 +211,16 @@ def cpu_svd_note(name: str, stream: StreamingSingularValues) -> str | None:
     return f"the final SVD of the {n:,} x {n:,} R ({name}) runs on the CPU's LAPACK: {reason}; it can take many minutes"
 
 
+@contextlib.contextmanager
+def non_finite_refused(run, name: str, split: str):
+    """A NaN or inf entry of the matrix (a diverged model; the streams check each block, some
+    only when they decompose it): one line, and no rank written of it."""
+    try:
+        yield
+    except NonFiniteMatrix as e:
+        raise AnalysisError(f"{run.path}: the {name} matrix of the {split} split: {e}; nothing written") from None
+
+
 def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, device: torch.device,
                   data_dir: str | None, max_memory_gib: float | None = None,
                   allow_modified_corpus: bool = False) -> dict:
@@ -224,14 +235,16 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
                 names = [name for name, rows in blocks.items() if rows is not None]
                 streams = open_streams(names, vocab, dtype, device, decomposition_budget(device, max_memory_gib))
             for name, stream in streams.items():
-                stream.update(blocks[name])
+                with non_finite_refused(run, name, split):
+                    stream.update(blocks[name])
             bar.update(log_probs.size(0))
 
     result = describe_run(run, split, limit)
     for name, stream in streams.items():
         if note := cpu_svd_note(name, stream):
             print(f"note: {note}", file=sys.stderr)
-        values = stream.singular_values()            # one at a time: each frees its R
+        with non_finite_refused(run, name, split):
+            values = stream.singular_values()        # one at a time: each frees its R
         write_atomic(run.run_dir / f"singular_values_{split}_{name}.npy",
                      lambda f, values=values: np.save(f, values))
         summary = rank_summary(values, stream.shape, dtype)
@@ -239,7 +252,7 @@ def compute_ranks(path: str, split: str, contexts: int | None, dtype: str, devic
             result.update(summary)
         else:
             result["transformed"] = summary
-    write_text_atomic(run.run_dir / f"rank_{split}.json", json.dumps(result, indent=1) + "\n")
+    write_text_atomic(run.run_dir / f"rank_{split}.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
     return result
 
 
@@ -261,7 +274,7 @@ def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, 
         result.update(press_rank_robustness(matrix, keep, iterations, scales, seed))
     except ValueError as e:
         raise AnalysisError(f"{run.path}: {e}") from None
-    write_text_atomic(run.run_dir / f"robustness_{split}.json", json.dumps(result, indent=1) + "\n")
+    write_text_atomic(run.run_dir / f"robustness_{split}.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
     return result
 
 
@@ -327,7 +340,7 @@ def main(argv=None) -> int:
         return 2
     print(describe_robustness(result) if args.robustness else describe(result))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result, allow_nan=False))
     return 0
 
 

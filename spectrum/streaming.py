@@ -225,11 +225,16 @@ class _TorchBackend:
         return matrix
 
 
+class NonFiniteMatrix(ValueError):
+    """The matrix holds a NaN or inf (a diverged model's log-probabilities): its input, not the
+    code, is at fault."""
+
+
 def _check_finite(block: np.ndarray | torch.Tensor) -> None:
     # A NaN or inf would silently spread through R into every singular value.
     module = np if isinstance(block, np.ndarray) else torch
     if not bool(module.isfinite(block).all()):
-        raise ValueError("the matrix has non-finite entries (NaN or inf)")
+        raise NonFiniteMatrix("the matrix has non-finite entries (NaN or inf)")
 
 
 class StreamingSingularValues:

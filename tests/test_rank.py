@@ -249,3 +249,25 @@ def test_a_run_without_checkpoints_and_a_missing_one_are_told_apart(tmp_path):
     with pytest.raises(CheckpointError, match=r"runs: not a run directory, no best.pt and no config.yaml "
                                               r"\(it holds runs: ptb-softmax-seed1\); give one run's directory"):
         existing_checkpoint(holder)
+
+
+def test_a_log_p_matrix_with_nan_rows_is_refused_and_nothing_written(tiny_runs, monkeypatch, capsys, tmp_path):
+    """A NaN or inf entry (a diverged model) was a traceback from the streaming decomposition."""
+    import shutil
+    run_dir = shutil.copytree(tiny_runs["softmax"].parent, tmp_path / "run")
+    before = {p.name for p in run_dir.iterdir()}
+    real_rows = rank.log_p_rows
+
+    def rows_with_a_nan(*args, **kwargs):
+        for i, (log_probs, transformed) in enumerate(real_rows(*args, **kwargs)):
+            if i == 1:
+                log_probs = log_probs.clone()
+                log_probs[0, 0] = float("nan")
+            yield log_probs, transformed
+    monkeypatch.setattr(rank, "log_p_rows", rows_with_a_nan)
+    capsys.readouterr()
+    assert rank.main([str(run_dir / "last.pt"), "--contexts", "100", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run_dir / 'last.pt'}: the logp matrix of the test split: ") and err.count("\n") == 1
+    assert "the matrix has non-finite entries (NaN or inf); nothing written" in err
+    assert {p.name for p in run_dir.iterdir()} == before
