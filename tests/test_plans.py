@@ -35,9 +35,6 @@ from launch.runs import plan_runs
 from tests.conftest import TINY, copy_first_lines, doc_section
 
 PLANS = sorted(Path("sweeps").glob("*.yaml"))
-TOP5_CONTEXT = ("managed properly and with a long-term outlook these can become investment-grade "
-                "quality properties <eos> canadian <unk> production totaled N metric tons in the week "
-                "ended oct. N up N N from the preceding week 's total of N")
 
 
 TABLES_OF_PLANS = [("docs/sweeps.md", "Reproducing the paper"),          # [SB]'s plans
@@ -90,7 +87,7 @@ def test_the_plans_use_the_papers_seeds_and_grids():
     assert [a.args for a in mos.analyses] == [("--robustness",)]
     # SM Tables 10/11's ET-ASGD column is one run per row, the authors' seed: the report reads
     # only those of Table 2's 11 seeds (it pooled all 11 into a mean before).
-    [report] = tables10_11.reports
+    [report] = [r for r in tables10_11.reports if r.startswith("table ")]
     only = report.split("--only train.seed=")[1].split()[0].split(",")
     table2_seeds = [e.seeds for p in ("ptb", "wt2") for e in load_plan(f"sweeps/sb_table2_{p}.yaml").experiments]
     assert {int(s) for s in only} == {seeds[0] for seeds in table2_seeds}
@@ -99,17 +96,21 @@ def test_the_plans_use_the_papers_seeds_and_grids():
 
 @pytest.fixture(scope="module")
 def plan_data(small_data, shared_data_dir, tmp_path_factory) -> Path:
-    """Tiny PTB (small_data, whose test split also holds the top-5 context of the Table 2 plan)
-    and the first lines of WikiText-2. PTB's valid and test text is read twice over, so that each
-    split outruns the cache's window of 500 positions and the plans' --cache evaluations use it
-    (evaluate.py refuses a cache that a split too short would never use)."""
+    """Tiny PTB (small_data, whose test split also holds the plans' top-5 contexts, [SB] SM Table
+    2's 18, so that their words are in the vocabulary) and the first lines of WikiText-2. PTB's
+    valid and test text is read twice over, so that each split outruns the cache's window of 500
+    positions and the plans' --cache evaluations use it (evaluate.py refuses a cache that a split
+    too short would never use)."""
+    from analysis.commands import build_parser
+    top5_contexts = dict.fromkeys(context for plan in PLANS for arguments in load_plan(plan).report_commands()
+                                  if arguments[0] == "top5" for context in build_parser().parse_args(arguments).contexts)
     root = tmp_path_factory.mktemp("plan-data")
     (root / "ptb").mkdir()
     for split in ("train", "valid", "test"):
         text = (small_data / "ptb" / f"{split}.txt").read_text(encoding="utf-8")
         text = text if split == "train" else text * 2
         if split == "test":
-            text += f" {TOP5_CONTEXT.replace(' <eos> ', chr(10) + ' ')}\n"
+            text += "".join(f" {context.replace(' <eos> ', chr(10) + ' ')}\n" for context in top5_contexts)
         (root / "ptb" / f"{split}.txt").write_text(text, encoding="utf-8")
     copy_first_lines(shared_data_dir / "wikitext-2", root / "wikitext-2",
                      {"train": 12, "valid": 5, "test": 5})
