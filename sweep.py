@@ -42,10 +42,10 @@ from experiment.cli import ArgumentParser, stdout_closed
 from experiment.config import ConfigError, seed_problem
 from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, check_run_dir_usable
 from launch import LaunchError
-from launch.modes import (alone, in_groups, slurm_script, summary, sweep_gpus, sweep_jobs, sweep_local,
-                          tag_of, visible_gpus)
+from launch.modes import (alone, in_groups, in_progress_elsewhere, slurm_script, summary, sweep_gpus,
+                          sweep_jobs, sweep_local, tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
-from launch.runs import (Experiment, check_corpora, check_same_experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
+from launch.runs import (ELSEWHERE, Experiment, check_corpora, check_same_experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
                          options_refused, plan_runs, rank_analysis, trainings_together)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
@@ -63,8 +63,9 @@ def parse_args(argv=None):
                              "config; a plan names its own, which --out replaces: the way to train "
                              "a plan again whose runs are finished in its folder, as a fresh "
                              "clone's CPU plans are)")
-    parser.add_argument("--seeds", nargs="+", help="train.seed values, `config` for the config's own (default: "
-                                                  "the config's, or the plan's)")
+    parser.add_argument("--seeds", nargs="+", action="extend",
+                        help="train.seed values, `config` for the config's own (default: the config's, "
+                             "or the plan's); repeated, they add up: --seeds 1 --seeds 2 is --seeds 1 2")
     parser.add_argument("--limit", type=int, metavar="N",
                         help="only the first N runs of each experiment (a smoke test of a plan)")
     parser.add_argument("--report", action="store_true",
@@ -93,7 +94,9 @@ def parse_args(argv=None):
                         help="local mode: train each run in N processes with DDP (torchrun "
                              "--standalone; a run resumes only with the N it was started with). On a "
                              "CPU, one run on all its cores finishes sooner than one on a core")
-    parser.add_argument("--gpus", help="gpus mode: comma-separated GPU ids (default: all visible)")
+    parser.add_argument("--gpus", help="gpus mode: comma-separated GPUs as torch numbers them here (0..N-1; "
+                        "under CUDA_VISIBLE_DEVICES, positions in that list: with CUDA_VISIBLE_DEVICES=2,3, "
+                        "--gpus 0,1 runs on GPUs 2 and 3), or GPU-/MIG- UUIDs from that list (default: all visible)")
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
                         help="gpus mode: keep K runs at a time on each GPU (default 1; for the PTB "
                              "models K > 1 gave no more tokens/s on an H200, docs/gpus.md)")
@@ -205,8 +208,15 @@ def parse_args(argv=None):
         parser.error("--report runs a plan's report commands: give a plan file")
     elif args.rank_args and not args.rank:
         parser.error("--rank-args belongs to --rank (rank.py runs only with --rank)")
-    elif args.rank and (refused := options_refused(rank_analysis(shlex.split(args.rank_args)))):
-        parser.error(f"--rank-args: rank.py would refuse them: {refused}")
+    elif args.rank:
+        try:
+            args.rank_analysis = rank_analysis(shlex.split(args.rank_args))
+        except ValueError as e:          # shlex: a quote opened and not closed
+            parser.error(f"--rank-args={args.rank_args}: {e} (a quote opened and not closed)")
+        except LaunchError as e:
+            parser.error(f"--rank-args: {e}")
+        if refused := options_refused(args.rank_analysis):
+            parser.error(f"--rank-args: rank.py would refuse them: {refused}")
     elif args.finetune_only or args.train_only:
         parser.error(f"{'--finetune-only' if args.finetune_only else '--train-only'} is about a plan's "
                      f"finetune_best stage: give a plan file")
@@ -239,15 +249,20 @@ def print_plan(out: Path, runs, finetunes=(), waiting=(), group: int = 1) -> Non
     for stage, planned in (("", runs), ("finetune ", finetunes)):
         for item in in_groups(planned, group) if group > 1 else alone(planned):
             pending = [(run, pending_commands(run)) for run in item]
-            training = trainings_together(pending)
+            # what the sweep would skip as another process's (found without writing into the runs)
+            elsewhere = {run.dir for run, commands in pending if in_progress_elsewhere(run, work_left=bool(commands))}
+            training = trainings_together([(run, commands) for run, commands in pending if run.dir not in elsewhere])
             if training:
                 print(f"# group {tag_of(item)}: {len(training)} runs trained as one: "
                       f"{', '.join(run.name for run, _ in training)}")
                 print(shlex.join(group_command(training)))
             grouped = {run.dir for run, _ in training}
             for run, commands in pending:
-                skipped += [] if commands else [run.dir]
                 task = "" if stage else f", --task {run.index}"     # --task counts from 0
+                if run.dir in elsewhere:
+                    print(f"# [{stage}{run.index + 1}/{run.count}{task}] {run.dir}: {ELSEWHERE}: skip")
+                    continue
+                skipped += [] if commands else [run.dir]
                 print(f"# [{stage}{run.index + 1}/{run.count}{task}] {run.dir}: {describe(run, commands)}")
                 for command in commands[1:] if run.dir in grouped else commands:
                     print(shlex.join(command))
@@ -367,7 +382,7 @@ def main(argv=None) -> int:
                                   f"experiment of this plan has one")
         else:
             grid = tuple((key, tuple(values)) for key, values in parse_grid(args.grid))
-            analyses = (rank_analysis(shlex.split(args.rank_args)),) if args.rank else ()
+            analyses = (args.rank_analysis,) if args.rank else ()
             experiments = [Experiment(config_path, grid=grid, analyses=analyses)]
         try:
             runs = plan_runs(experiments, out_folder(args), args.overrides, args.seeds, args.limit)
@@ -384,12 +399,20 @@ def main(argv=None) -> int:
             runs = [runs[args.task]]
         runs = [dataclasses.replace(run, train_processes=args.nproc) for run in runs]
         try:
-            check_run_dir_usable(out_folder(args), "--out" if args.out else f"{config_path}: out:")
+            check_run_dir_usable(out_folder(args), "--out" if args.out else "out:")
         except RunDirectoryError as e:
-            raise LaunchError(str(e)) from None
+            # a plan's folder: the plan file named first, and the option that replaces its out:
+            raise LaunchError(str(e) if args.out else f"{config_path}: {e} (or --out DIR)") from None
+        for run in [] if args.finetune_only else runs:
+            if (run.dir / "last.pt").is_file():
+                check_same_experiment(run)    # --out holds other runs: refused before any run (or Slurm script), exit 2
         if args.mode == "slurm":
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only
+        if args.finetune_only:
+            finetunes, waiting = finetune_runs(runs)
+            if not finetunes:    # a job chained after a Slurm array must see that nothing was finetuned
+                raise LaunchError(f"--finetune-only: nothing to finetune: {'; '.join(waiting)}")
         if args.plan:
             print(f"{'# ' if args.dry_run else 'sweep: '}plan: {args.plan.title} ({config_path})", flush=True)
         if args.dry_run:
@@ -397,9 +420,6 @@ def main(argv=None) -> int:
                        *(finetune_runs(runs) if second_stage else ((), ())), group=args.group)
             return 0
         check_corpora([] if args.finetune_only else runs)
-        for run in [] if args.finetune_only else runs:
-            if (run.dir / "last.pt").is_file():
-                check_same_experiment(run)    # --out holds other runs: refused before any run, exit 2
         with PassingOnStopSignals():
             outcomes = {} if args.finetune_only else run_all(args, runs)
             if second_stage:

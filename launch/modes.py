@@ -6,6 +6,7 @@ With --group G, the work items are groups of up to G runs that train together in
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import shlex
@@ -16,8 +17,8 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from .runs import (ELSEWHERE, PlannedRun, is_finished, locked_by_another_process, process_group,
-                   results_only, say)
+from experiment.run_directory import LOCK_NAME
+from .runs import CLAIM_NAME, ELSEWHERE, PlannedRun, is_finished, process_group, results_only, say
 from .stopping import SweepStopped, check as check_stop_signals
 
 
@@ -32,12 +33,13 @@ def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
     """The runs as work items: those still to train in groups of up to `size` runs that can
     train together (the same experiment/group.py group_key: shapes, corpus, device), filled in plan order,
     each group where its first run is; the others (trained, only results, or held by another
-    process: a train.py started by hand, whose run would fail the whole group) alone."""
+    process: another sweep, or a train.py started by hand, whose run would fail the whole group)
+    alone. Nothing is written (a dry run groups its runs with this too)."""
     from experiment.group import group_key
     items: list[list[PlannedRun]] = []
     open_groups: dict[tuple, list[PlannedRun]] = {}
     for run in runs:
-        if results_only(run) or finished_safely(run) or locked_by_another_process(run.dir):
+        if results_only(run) or finished_safely(run) or in_progress_elsewhere(run, work_left=True):
             items.append([run])
             continue
         key = group_key(run.config)
@@ -47,6 +49,40 @@ def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
             items.append(group)
         group.append(run)
     return items
+
+
+def held_elsewhere(lock_file: Path) -> bool:
+    """Whether another live process holds `lock_file`'s flock (a run directory's RunLock or a
+    sweep's claim), found without writing: a dry run must leave the run directories as they are,
+    so nothing is created, truncated or written (taking the lock, as RunLock does, would write
+    this process's PID into it). A missing or unreadable file, or a file system without flock,
+    counts as not held: the real run reports those itself.
+
+    The probe is a shared, non-blocking flock on a read-only descriptor, released at once: it
+    conflicts only with an exclusive lock (which is held elsewhere exactly when it fails), and
+    only for the microseconds it is held. flock is per open file, so a lock this process holds
+    through another descriptor also counts as held, as it does for RunLock.acquire."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)                  # closing the descriptor releases the probe's shared lock
+    return False
+
+
+def in_progress_elsewhere(run: PlannedRun, work_left: bool) -> bool:
+    """Whether `process_group` would skip the run as ELSEWHERE, found without its writes (for
+    sweep.py --dry-run): another sweep claims it, or, where `work_left` (it has pending
+    commands), another process holds its run lock (a train.py started by hand, or another
+    sweep's training). A finished run is not asked for its lock, as process_group does not."""
+    return held_elsewhere(run.dir / CLAIM_NAME) or (work_left and held_elsewhere(run.dir / LOCK_NAME))
 
 
 def finished_safely(run: PlannedRun) -> bool:
@@ -71,33 +107,90 @@ def sweep_local(items: Sequence[Item]) -> dict[str, str]:
     return outcomes
 
 
+def torch_gpu_count() -> int | None:
+    """How many GPUs torch numbers in this process (0, 1, ...), or None where CUDA is not
+    available (then only CUDA_VISIBLE_DEVICES says which GPUs the process was given)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else None
+
+
 def visible_gpus() -> list[str]:
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g.strip() for g in listed.split(",") if g.strip()]
-    return [str(i) for i in range(torch.cuda.device_count())]
+    """The default --gpus: every GPU this process may use, as torch numbers them (0, 1, ...),
+    the numbering `child_gpu_ids` maps back to the GPUs of CUDA_VISIBLE_DEVICES."""
+    count = torch_gpu_count()
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if count is None and parent is not None:
+        count = len(parent_gpu_entries(parent))
+    return [str(i) for i in range(count or 0)]
+
+
+def parent_gpu_entries(listed: str) -> list[str]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value lists, in its order."""
+    return [g.strip() for g in listed.split(",") if g.strip()]
+
+
+def child_gpu_ids(gpus: Sequence[str], parent: str | None, count: int | None) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES value for each of the --gpus ids `gpus`, which number the GPUs as
+    torch does in this process: under a parent CUDA_VISIBLE_DEVICES (Slurm, a shared machine),
+    id i is the i-th GPU listed there, so the child gets that entry (CUDA_VISIBLE_DEVICES=2,3
+    and --gpus 0,1 give the children 2 and 3, not 0 and 1 outside the allocation); without one,
+    the ids are the machine's and go unchanged. `count` is torch's GPU count (None: CUDA is not
+    available, so the runs train on the CPU: then the parent's list bounds the ids; where it is
+    unset or empty, the ids only name worker slots). A GPU-/MIG- UUID must be one of the parent's
+    entries (or a prefix of exactly one), where there is a parent list. Anything else is a
+    LaunchError."""
+    if parent is None:
+        missing = [g for g in gpus if g.isdigit() and count is not None and int(g) >= count]
+        if missing:
+            raise LaunchError(f"--gpus: no GPU {', '.join(missing)} on this machine; torch sees {count}"
+                              + (f" (0..{count - 1})" if count else ""))
+        return list(gpus)
+    entries = parent_gpu_entries(parent)
+    if count is None and not entries:
+        # the parent may use no GPU and the runs train on the CPU (sweep_gpus checks): the ids
+        # only name worker slots, and each child is given no GPU either
+        return [parent] * len(gpus)
+    # torch counts the entries CUDA accepted (it stops at the first invalid one)
+    usable = entries[:count] if count is not None else entries
+    allowed = f"CUDA_VISIBLE_DEVICES={parent} gives this process {len(usable)} GPU{'s' * (len(usable) != 1)}"
+    allowed += f", numbered 0..{len(usable) - 1} as torch does" if usable else ""
+    mapped = []
+    for gpu in gpus:
+        if gpu.isdigit():
+            if int(gpu) >= len(usable):
+                raise LaunchError(f"--gpus: no GPU {gpu} here: {allowed}")
+            mapped.append(usable[int(gpu)])
+            continue
+        matches = [entry for entry in usable if entry.startswith(gpu)]
+        if len(matches) != 1:
+            raise LaunchError(f"--gpus: {gpu} is not one of the GPUs in CUDA_VISIBLE_DEVICES={parent} "
+                              f"(a child given it would leave them); give their numbers 0..{len(usable) - 1}"
+                              if usable else f"--gpus: {gpu}: {allowed}")
+        mapped.append(matches[0])
+    twice = sorted({entry for entry in mapped if mapped.count(entry) > 1})
+    if twice:      # a number and a UUID of one GPU: two workers would share it unasked
+        raise LaunchError(f"--gpus: {','.join(gpus)} names {', '.join(twice)} of "
+                          f"CUDA_VISIBLE_DEVICES={parent} twice")
+    return mapped
 
 
 def sweep_gpus(items: Sequence[Item], gpus: Sequence[str], runs_per_gpu: int = 1) -> dict[str, str]:
     """`runs_per_gpu` workers per GPU, each taking the next waiting run, so that each GPU trains
     that many runs at a time (benchmarks/bench_parallel.py measures what several give: nothing
     for the PTB Softmax on an H200, docs/gpus.md; smaller models may gain); output goes to
-    DIR/sweep.log. Where torch sees no GPU it refuses, unless every run says run.device=cpu (the
-    runs would train on the CPU, each in its own process)."""
+    DIR/sweep.log. `gpus` are torch's numbers in this process (or UUIDs), mapped to the parent's
+    CUDA_VISIBLE_DEVICES by `child_gpu_ids`; the tags say them as given. Where torch sees no
+    GPU it refuses, unless every run says run.device=cpu (the runs would train on the CPU, each
+    in its own process)."""
     if not torch.cuda.is_available() and any(run.config.run.device != "cpu" for item in items for run in item):
         raise LaunchError("--mode gpus: torch sees no GPU on this machine; give run.device=cpu to "
                           "train on its CPU anyway, or use --mode local (--jobs N: N runs at a time)")
     if not gpus:
         raise LaunchError("--mode gpus: no GPU is visible; use --mode local or give --gpus")
-    count = torch.cuda.device_count()
-    missing = [g for g in gpus if g.isdigit() and int(g) >= count]
-    if count and "CUDA_VISIBLE_DEVICES" not in os.environ and missing:
-        raise LaunchError(f"--gpus: no GPU {', '.join(missing)} on this machine; torch sees {count} "
-                          f"(0..{count - 1})")
+    child_ids = child_gpu_ids(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"), torch_gpu_count())
     if runs_per_gpu < 1:
         raise LaunchError(f"--runs-per-gpu: expected an integer >= 1, got {runs_per_gpu}")
-    workers = [(f"[gpu {gpu}]", {**os.environ, "CUDA_VISIBLE_DEVICES": gpu})
-               for gpu in gpus for _ in range(runs_per_gpu)]
+    workers = [(f"[gpu {gpu}]", {**os.environ, "CUDA_VISIBLE_DEVICES": child_id})
+               for gpu, child_id in zip(gpus, child_ids) for _ in range(runs_per_gpu)]
     return run_in_parallel(items, workers)
 
 

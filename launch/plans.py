@@ -139,7 +139,10 @@ def _analyses(data: dict, where: str, fail) -> tuple[Analysis, ...]:
     analyses = []
     for key in ("rank", "robustness"):
         if key in data:
-            analysis = rank_analysis(_strings(data[key], f"{where}{key}", fail), robustness=key == "robustness")
+            try:
+                analysis = rank_analysis(_strings(data[key], f"{where}{key}", fail), robustness=key == "robustness")
+            except LaunchError as e:     # --robustness among rank's options: it is its own key
+                raise fail(f"{where}{key}", f"rank.py's rank options ({e})", data[key]) from None
             analyses.append(_taken(analysis, f"{where}{key}", fail, data[key]))
     return tuple(analyses)
 
@@ -168,6 +171,10 @@ def _experiment(entry, index: int, plan: dict, plan_path: Path, fail, keys: set)
     grid = entry.get("grid", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise fail(f"{where}.grid", "a mapping of keys to non-empty lists of values", grid)
+    for key in grid:        # what the sweep sets itself for each run is no grid key either
+        if key in SWEEP_KEYS:
+            raise fail(f"{where}.grid", f"no {key} (the sweep sets it: the seeds from `seeds`, the folder "
+                                        f"from `out`)", key)
     seeds = entry.get("seeds", plan.get("seeds"))
     if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(
             s == "config" or (isinstance(s, int) and not isinstance(s, bool)) for s in seeds)):

@@ -12,14 +12,18 @@ continues where it stopped:
     finished, results missing       -> only the missing evaluate / rank
     finished and evaluated (ranked) -> skipped
 
-A run is finished when last.pt's progress says so, or when it has completed train.epochs epochs
-(a run resumed with a larger train.epochs is not finished).
+A run is finished when last.pt's progress says so, or when it has completed train.epochs epochs.
+Only the run.* settings and data.data_dir may differ from the run directory's config.yaml (they
+are passed on to train.py --resume); a sweep that plans any other value there, a larger
+train.epochs included, is refused before any run starts ("holds a different run": a longer
+training is another run, in another --out).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import fcntl
+import glob
 import importlib
 import io
 import itertools
@@ -87,8 +91,16 @@ def options_refused(analysis: Analysis) -> str | None:
 
 
 def rank_analysis(rank_args: Sequence[str], robustness: bool = False) -> Analysis:
-    """rank.py with these options (--robustness: SM section 5's algorithms instead of the ranks)."""
+    """rank.py with these options (--robustness: SM section 5's algorithms instead of the ranks).
+    --robustness among the options themselves is refused: rank.py would write robustness_*.json
+    while the sweep waits for rank_*.json, and would run it again every time."""
     args = tuple(rank_args)
+    # argparse takes any unique prefix of an option; --r is rank.py's only option starting so
+    robustness_flag = next((a for a in args if len(a) > 2 and "--robustness".startswith(a.split("=")[0])), None)
+    if robustness_flag and not robustness:
+        raise LaunchError(f"{robustness_flag}: rank.py --robustness writes robustness_*.json, not the "
+                          f"rank_*.json the sweep waits for; give it as a plan's `robustness:` key "
+                          f"(e.g. robustness: [])")
     split = args[args.index("--split") + 1] if "--split" in args[:-1] else "test"
     if robustness:
         return Analysis("rank", ("--robustness", *args), f"robustness_{split}.json")
@@ -157,6 +169,19 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return grid
 
 
+def check_distinct_values(key: str, values: Sequence[str]) -> None:
+    """Refuse grid values that are one value as a run reads them (0, 0.0 and -0 are the number 0):
+    they would train one configuration in several run directories."""
+    parsed = [parse_override(f"{key}={value}")[1] for value in values]
+    for i, value in enumerate(parsed):
+        # True == 1 in Python: a bool is told apart from a number by its type
+        same = [values[j] for j, other in enumerate(parsed)
+                if (isinstance(other, bool), other) == (isinstance(value, bool), value)]
+        if len(same) > 1:
+            raise LaunchError(f"grid key {key} (--grid, or a plan's grid:): the values {', '.join(same)} "
+                              f"are one value; give each value once")
+
+
 def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[str] = (),
               seeds: Sequence[int | str] | None = None, limit: int | None = None) -> list[PlannedRun]:
     """Every (experiment, grid point, seed) as a run, each config resolved now so a bad key fails
@@ -168,8 +193,12 @@ def plan_runs(experiments: Sequence[Experiment], out: Path, overrides: Sequence[
     seen = set()
     for run in planned:
         if run.dir in seen:
-            raise LaunchError(f"two planned runs get the same run directory, {run.dir} (an experiment or "
-                              f"a grid value given twice?); give each run distinct values")
+            # --seeds replaces every experiment's seeds: two experiments that differed only there collide
+            cause = ("--seeds replaces each experiment's own seeds, so experiments that differed only in "
+                     "their seeds are the same runs; add the seed to the plan's seeds instead"
+                     if seeds and len(experiments) > 1 else "an experiment or a grid value given twice?")
+            raise LaunchError(f"two planned runs get the same run directory, {run.dir} ({cause}); "
+                              f"give each run distinct values")
         seen.add(run.dir)
     return [dataclasses.replace(run, index=i, count=len(planned)) for i, run in enumerate(planned)]
 
@@ -181,9 +210,13 @@ def _experiment_runs(experiment: Experiment, out: Path, extra: Sequence[str],
     for key in SWEEP_KEYS:
         if key in keys:
             raise LaunchError(f"override {key}: the sweep sets it (use --seeds and --out)")
-    for key, _ in experiment.grid:
+    for key, values in experiment.grid:
+        if key in SWEEP_KEYS:
+            raise LaunchError(f"grid key {key} (--grid, or a plan's grid:): the sweep sets it for each run; "
+                              f"give seeds with --seeds (or a plan's seeds:) and the folder with --out")
         if key in keys:
             raise LaunchError(f"grid key {key} (--grid, or a plan's grid:): also given as an override; keep one")
+        check_distinct_values(key, values)
     own = load_config(config_path, overrides).train.seed if (not seeds or "config" in seeds) else None
     # --seeds config 1 2: `config` is the config's own seed, as in a plan's seeds
     seeds = [own if s == "config" else s for s in seeds] if seeds else experiment.seeds or [own]
@@ -235,6 +268,16 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
             continue
         best = min(zip(scores, (run.index for run in members), members))[2]
         finetune_dir = best.dir / FINETUNE_DIR
+        # One finetuning an experiment: a sweep with other seeds (--seeds 3 after [1, 2]), or added
+        # seeds that changed which run is best, would otherwise make a second one, and report.py
+        # would pool both as one cell.
+        earlier = [run_dir / FINETUNE_DIR for run_dir in experiment_run_dirs(members)
+                   if run_dir != best.dir and (run_dir / FINETUNE_DIR).is_dir()]
+        if earlier:
+            waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: the experiment "
+                           f"has a finetuning already, {earlier[0]}; the best of the runs planned now is "
+                           f"{best.name}: to finetune it instead, move {earlier[0]} away first")
+            continue
         started = any((finetune_dir / name).is_file() for name in ("last.pt", "eval_best.json"))
         if not (best.dir / "best.pt").is_file() and not started:
             waiting.append(f"finetuning the best of {len(members)} {experiment.config} runs: the "
@@ -251,6 +294,18 @@ def finetune_runs(runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[st
                                 experiment.finetune_best.analyses, finetune_of=best.dir,
                                 train_processes=best.train_processes))
     return [dataclasses.replace(run, index=i, count=len(ready)) for i, run in enumerate(ready)], waiting
+
+
+def experiment_run_dirs(members: Sequence[PlannedRun]) -> list[Path]:
+    """The run directories in the members' folder of their config and grid points, whatever their
+    seed: those planned now and those an earlier sweep with other seeds left there."""
+    found = {run.dir for run in members}
+    for run in members:
+        # run_name ends with seed<seed>: the same name with another seed is another seed's run
+        stem = run.name[:-len(f"seed{run.config.train.seed}")] + "seed"
+        found.update(path for path in run.dir.parent.glob(f"{glob.escape(stem)}*")
+                     if path.name[len(stem):].lstrip("-").isdigit() and path.is_dir())
+    return sorted(found)
 
 
 # ---------------------------------------------------------------------- what is left to do
@@ -471,13 +526,47 @@ def execute(run: PlannedRun, commands: list[list[str]], env: dict | None = None,
     return "done"
 
 
+def recorded_differences(run: PlannedRun, analysis: Analysis) -> list[str]:
+    """The options of `analysis` that its result file in the run records with another value (a
+    plan's rank: [--contexts, "40"] after the runs were ranked over 20 contexts): a result is
+    taken as done by its time alone, so such a file is kept, and said to differ. Compared: rank.py's
+    --contexts (when given) and --dtype, evaluate.py's method settings given as options."""
+    try:
+        recorded = json.loads((run.dir / analysis.result).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    args = importlib.import_module(analysis.script).parse_args(["RUN", *analysis.args])
+    if analysis.script == "rank":
+        asked = {"contexts": args.contexts, "dtype": args.dtype}    # no --contexts: all, not compared
+    elif args.method and not args.cache_search:                    # a search records what it chose
+        from evaluate import METHOD_FLAGS
+        asked = {field: getattr(args, flag) for flag, field in METHOD_FLAGS[args.method].items()}
+        recorded = recorded.get("settings") or {}
+    else:
+        return []
+    return [f"{key} {recorded.get(key)!r} there, {value!r} in this sweep"
+            for key, value in asked.items() if value is not None and recorded.get(key) != value]
+
+
+def differences_note(run: PlannedRun, commands: Sequence[list[str]] = ()) -> str:
+    """For the result files kept (not made again by `commands`): those made with other options,
+    and what to do to make them with this sweep's."""
+    notes = [f"{analysis.result}: {difference}" for analysis in run.analyses
+             if not any(command[1] == str(SCRIPTS[analysis.script]) and command[3:] == list(analysis.args)
+                        for command in commands)
+             for difference in recorded_differences(run, analysis)]
+    return (f" (note: kept {'; '.join(notes)}: delete the file for the sweep to make it again with "
+            f"this sweep's options)") if notes else ""
+
+
 def describe(run: PlannedRun, commands: list[list[str]]) -> str:
     if not commands:
         kept = " (its result files; no checkpoint)" if results_only(run) else ""
-        return f"finished and evaluated{kept}: skip"
+        return f"finished and evaluated{kept}: skip{differences_note(run)}"
     first = commands[0]
     if script_name(first) != "train.py":
-        return "finished: " + ", ".join(Path(script_name(c)).stem for c in commands)
+        done_now = ", ".join(Path(script_name(c)).stem for c in commands)
+        return f"finished: {done_now}{differences_note(run, commands)}"
     state = "resume" if "--resume" in first else "new"
     max_steps = run.config.run.max_steps
     if max_steps and len(commands) > 1:       # execute() stops after train.py if the run is unfinished

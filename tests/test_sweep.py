@@ -819,3 +819,164 @@ def test_submit_without_sbatch_names_the_script_it_wrote(overrides, tmp_path, mo
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: --submit: sbatch is not installed here; the script is written ({script}): submit it on the "
         f"cluster (sbatch {script})")
+
+
+# ---------------------------------------------------------------------- what the sweep refuses
+
+def write_plan(path: Path, overrides: list[str], out: Path, **experiment) -> Path:
+    """A one-experiment plan of CONFIG over the tiny overrides, its runs in `out`."""
+    plan = {"title": "test", "out": str(out), "overrides": overrides,
+            "experiments": [{"config": str(REPO / CONFIG), **experiment}]}
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+@pytest.mark.parametrize("key", ["train.seed", "run.dir"])
+def test_a_grid_over_what_the_sweep_sets_is_refused(key, overrides, tmp_path, capsys):
+    """--grid train.seed=1,2 planned ...-train.seed=1-seed1 and ...-train.seed=2-seed1, both
+    trained with seed 1 (the sweep's train.seed=1 came last)."""
+    assert sweep.main([CONFIG, *overrides, "--grid", f"{key}=1,2", "--out", str(tmp_path / "x"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"grid key {key}" in err and "--seeds" in err
+    plan = write_plan(tmp_path / "plan.yaml", overrides, tmp_path / "x", grid={key: [1, 2]})
+    assert sweep.main([str(plan), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {plan}: experiments[0].grid: expected no {key} (the sweep sets it: the seeds "
+                   f"from `seeds`, the folder from `out`), got '{key}'\n")
+
+
+def test_robustness_among_the_rank_options_is_refused(overrides, tmp_path, capsys):
+    """rank.py --robustness writes robustness_test.json: the sweep waited for rank_test.json and
+    ran it again at every sweep."""
+    for flag in ("--robustness", "--rob"):        # argparse takes a unique prefix
+        with pytest.raises(SystemExit) as exit_info:
+            sweep.main([CONFIG, *overrides, "--rank", f"--rank-args={flag}", "--out", str(tmp_path / "x")])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--rank-args: {flag}: " in err and "`robustness:`" in err
+    plan = write_plan(tmp_path / "plan.yaml", overrides, tmp_path / "x", rank=["--robustness"])
+    assert sweep.main([str(plan), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {plan}: experiments[0].rank: expected") and "`robustness:`" in err
+    assert err.count("\n") == 1
+
+
+def test_slurm_mode_refuses_an_out_that_holds_other_runs(swept, overrides, tmp_path, capsys):
+    """--mode slurm wrote (and submitted) an array whose tasks then each refused."""
+    out = tmp_path / "sweep"
+    shutil.copytree(swept[0], out)
+    assert sweep.main([CONFIG, *overrides, "train.lr=5", "--seeds", "1", "--out", str(out), "--mode", "slurm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a different run (train.lr is 20.0 there, 5.0 in this sweep)" in err
+    assert not list(out.glob("*.sbatch"))
+
+
+def test_an_unbalanced_quote_in_rank_args_is_one_line(overrides, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, *overrides, "--rank", '--rank-args=--contexts "20', "--out", "x"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == 'sweep.py: error: --rank-args=--contexts "20: No closing quotation (a quote opened and not closed)\n'
+
+
+def test_grid_values_that_are_one_value_are_refused(overrides, tmp_path, capsys):
+    """--grid head.c=0,0.0,-0 planned three run directories of one configuration."""
+    out = ["--out", str(tmp_path / "x"), "--dry-run"]
+    assert sweep.main([CONFIG, *overrides, "--grid", "train.lr=10,10.0,20", *out]) == 2
+    assert capsys.readouterr().err == ("error: grid key train.lr (--grid, or a plan's grid:): the values 10, 10.0 "
+                                       "are one value; give each value once\n")
+    assert sweep.main(["configs/ptb/gss.yaml", *overrides, "--grid", "head.c=0,0.0,-0", *out]) == 2
+    assert "the values 0, 0.0, -0 are one value" in capsys.readouterr().err
+    assert sweep.main([CONFIG, *overrides, "--grid", "train.lr=10,20", *out]) == 0
+
+
+def evaluated_without_checkpoints(run, val_ppl: float) -> None:
+    """The run's result files as a finished, evaluated run leaves them (best.pt only a name)."""
+    run.dir.mkdir(parents=True)
+    (run.dir / "config.yaml").write_text(run.config.to_yaml())
+    (run.dir / "metrics.jsonl").write_text(json.dumps({"epoch": run.config.train.epochs}) + "\n")
+    (run.dir / "eval_best.json").write_text(json.dumps({"val_ppl": val_ppl}))
+    (run.dir / "best.pt").write_text("")
+
+
+def test_an_experiment_finetuned_already_is_not_finetuned_again(overrides, tmp_path, capsys):
+    """`sweep.py PLAN --seeds 3` after seeds [1, 2] (seed 2 finetuned) finetuned seed 3 too, and
+    report.py methods pooled both finetunings as one cell."""
+    from launch.runs import Experiment, FinetuneBest, finetune_runs, plan_runs
+    out = tmp_path / "runs"
+    experiment = Experiment(Path(CONFIG), tuple(overrides), finetune_best=FinetuneBest(("train.epochs=1",)))
+    [earlier] = plan_runs([experiment], out, seeds=[2])
+    evaluated_without_checkpoints(earlier, 90.0)
+    (earlier.dir / "finetune").mkdir()
+    [run] = plan_runs([experiment], out, seeds=[3])
+    evaluated_without_checkpoints(run, 80.0)
+    finetunes, [waiting] = finetune_runs([run])
+    assert finetunes == []
+    assert (f"has a finetuning already, {earlier.dir / 'finetune'}; the best of the runs planned now is "
+            f"{run.name}: to finetune it instead, move {earlier.dir / 'finetune'} away first") in waiting
+    # seeds added to the plan that make another run the best: the same
+    finetunes, [waiting] = finetune_runs(plan_runs([experiment], out, seeds=[2, 3]))
+    assert finetunes == [] and f"the best of the runs planned now is {run.name}" in waiting
+    # the best finetuned already is the experiment's one finetuning, as before
+    shutil.move(earlier.dir / "finetune", run.dir / "finetune")
+    finetunes, waiting = finetune_runs(plan_runs([experiment], out, seeds=[2, 3]))
+    assert [f.dir for f in finetunes] == [run.dir / "finetune"] and waiting == []
+
+
+def test_finetune_only_with_nothing_to_finetune_exits_2(overrides, tmp_path, capsys):
+    """It exited 0 ("sweep: no runs"): a job chained after a Slurm array could not tell that
+    nothing was finetuned."""
+    plan = write_plan(tmp_path / "plan.yaml", overrides, tmp_path / "runs", seeds=[1, 2],
+                      finetune_best={"overrides": ["train.epochs=1"]})
+    for dry_run in ([], ["--dry-run"]):
+        assert sweep.main([str(plan), "--finetune-only", *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --finetune-only: nothing to finetune: finetuning the best of 2 ")
+        assert err.endswith("waits for 2 of them to be trained and evaluated\n") and err.count("\n") == 1
+
+
+def test_repeated_seeds_add_up():
+    """`--seeds 1 --seeds 2` planned seed 2 alone."""
+    assert sweep.parse_args([CONFIG, "--seeds", "1", "--seeds", "2", "config", "--out", "x"]).seeds == [1, 2, "config"]
+
+
+def test_a_plans_out_under_a_file_names_the_plans_key(overrides, tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    plan = write_plan(tmp_path / "plan.yaml", overrides, a_file / "sub")
+    assert sweep.main([str(plan), "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"error: {plan}: out: {a_file / 'sub'}: {a_file} is a file, not a "
+                                       f"folder; choose another out: (or --out DIR)\n")
+
+
+def test_seeds_that_make_a_plans_experiments_one_are_named(overrides, tmp_path, capsys):
+    """Experiments that differ only in their seeds collide under --seeds: the hint said "an
+    experiment or a grid value given twice?"."""
+    plan = {"title": "test", "out": str(tmp_path / "runs"), "overrides": overrides,
+            "experiments": [{"config": CONFIG, "seeds": [1]}, {"config": CONFIG, "seeds": [2]}]}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    assert sweep.main([str(tmp_path / "plan.yaml"), "--dry-run"]) == 0
+    capsys.readouterr()
+    assert sweep.main([str(tmp_path / "plan.yaml"), "--seeds", "9", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds replaces each experiment's own seeds" in err and "given twice" not in err
+
+
+def test_a_kept_result_made_with_other_options_is_said_to_differ(overrides, tmp_path):
+    """A plan's rank: [--contexts, "40"] after the runs were ranked over 20 contexts said
+    "finished and evaluated: skip" and kept the 20 contexts' ranks without a word."""
+    from launch.runs import Experiment, describe, evaluate_analysis, plan_runs, rank_analysis
+    analyses = (evaluate_analysis(["--cache", "--cache-window", "300"]), rank_analysis(["--contexts", "40"]))
+    [run] = plan_runs([Experiment(Path(CONFIG), tuple(overrides), analyses=analyses)], tmp_path, seeds=[1])
+    run.dir.mkdir()
+    (run.dir / "rank_test.json").write_text(json.dumps({"contexts": 20, "dtype": "float32"}))
+    (run.dir / "eval_best_cache.json").write_text(json.dumps({"settings": {"window": 500, "theta": 1.0}}))
+    said = describe(run, [])
+    assert said.startswith("finished and evaluated: skip (note: kept ")
+    assert "eval_best_cache.json: window 500 there, 300 in this sweep" in said
+    assert "rank_test.json: contexts 20 there, 40 in this sweep" in said
+    rank_again = [sys.executable, str(launch_runs.SCRIPTS["rank"]), str(run.dir), *analyses[1].args]
+    assert "rank_test.json" not in describe(run, [rank_again])          # made again: nothing kept
+    (run.dir / "rank_test.json").write_text(json.dumps({"contexts": 40, "dtype": "float32"}))
+    (run.dir / "eval_best_cache.json").write_text(json.dumps({"settings": {"window": 300, "theta": 1.0}}))
+    assert describe(run, []) == "finished and evaluated: skip"
