@@ -11,31 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import evaluate
 import sweep
-import train
 from launch import LaunchError
 from launch import modes as launch_modes
 from launch import runs as launch_runs
 from launch.modes import child_gpu_ids, held_elsewhere, in_progress_elsewhere, visible_gpus
-from tests.conftest import TINY
+from tests.test_sweep import CONFIG, in_process, overrides  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIG = "configs/ptb/softmax.yaml"
-
-
-@pytest.fixture
-def overrides(small_data) -> list[str]:
-    return [f"data.data_dir={small_data}", *TINY, "train.epochs=1"]
-
-
-def in_process(commands: list):
-    """A stand-in for run_command that records each command and runs the script's main() here."""
-    def run(command, env=None, log=None, account=None) -> int:
-        commands.append(command)
-        script = {"train.py": train, "evaluate.py": evaluate}[Path(command[1]).name]
-        return script.main(command[2:])
-    return run
 
 
 def snapshot(folder: Path) -> dict:
@@ -121,22 +104,10 @@ def test_in_progress_elsewhere_is_what_process_group_would_find(tmp_path):
             holder.end()
 
 
-def test_a_dry_run_leaves_a_run_another_sweep_claims_out_of_its_groups(unfinished_runs, overrides, capsys):
-    """The real sweep skips a run another sweep claims; the dry run's group put it in with the
-    others (only a train.py's run lock was asked about)."""
-    holder = Holder(unfinished_runs / "ptb-softmax-seed1" / launch_runs.CLAIM_NAME, run_lock=False)
-    try:
-        capsys.readouterr()
-        assert sweep.main([CONFIG, *overrides, "--seeds", "1", "2", "--out", str(unfinished_runs),
-                           "--group", "2", "--dry-run"]) == 0
-    finally:
-        holder.end()
-    assert "--group" not in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("lock_name, run_lock", [(launch_runs.CLAIM_NAME, False), (".lock", True)])
 def test_a_dry_run_says_a_held_run_is_in_progress_elsewhere(unfinished_runs, overrides, lock_name, run_lock, capsys):
-    """The real sweep skips a run another process holds; the dry run said it would resume it."""
+    """The real sweep skips a run another process holds (another sweep's claim, or a train.py's
+    run lock); the dry run said it would resume it, and grouped a claimed run with the others."""
     holder = Holder(unfinished_runs / "ptb-softmax-seed1" / lock_name, run_lock=run_lock)
     try:
         capsys.readouterr()
@@ -146,6 +117,7 @@ def test_a_dry_run_says_a_held_run_is_in_progress_elsewhere(unfinished_runs, ove
         holder.end()
     printed = capsys.readouterr().out
     assert "ptb-softmax-seed1: in progress elsewhere: skip" in printed and "ptb-softmax-seed2: resume" in printed
+    assert "--group" not in printed
 
 
 # ---------------------------------------------------------------------- --gpus under CUDA_VISIBLE_DEVICES

@@ -525,9 +525,12 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
     evaluated = out / "ptb-softmax-seed2" / "eval_best.json"
     os.utime(evaluated, (evaluated.stat().st_mtime - 60,) * 2)
     capsys.readouterr()
-    assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 0
-    assert ("waits for 1 of them to be trained and evaluated (ptb-softmax-seed2: eval_best.json is "
-            "older than best.pt; run evaluate.py again)") in capsys.readouterr().out
+    # nothing to finetune: exit 2 (a job chained after the first stage's array can tell), one line
+    assert sweep.main([*argv, "--finetune-only", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --finetune-only: nothing to finetune: finetuning the best of 3 configs/ptb/softmax.yaml runs: "
+        "waits for 1 of them to be trained and evaluated (ptb-softmax-seed2: eval_best.json is older than "
+        "best.pt; run evaluate.py again)\n")
     # The runs' result files without their checkpoints (a fresh clone of committed results): the
     # best run is still the best, and the finetuning says it has nothing to start from.
     evaluated.touch()
@@ -536,11 +539,11 @@ def test_finetune_best_finetunes_the_run_with_the_best_validation_ppl_and_evalua
         checkpoint.unlink()
     calls.clear()
     capsys.readouterr()
-    assert sweep.main([*argv, "--finetune-only"]) == 0
+    assert sweep.main([*argv, "--finetune-only"]) == 2
     assert calls == [] and not finetuned.exists()
-    assert (f"not run: finetuning the best of 3 configs/ptb/softmax.yaml runs: the best, "
+    assert (f"finetuning the best of 3 configs/ptb/softmax.yaml runs: the best, "
             f"ptb-softmax-seed{best}, has its result files but no best.pt to finetune; copy its "
-            f"checkpoints back in, or move its directory away and train it again") in capsys.readouterr().out
+            f"checkpoints back in, or move its directory away and train it again") in capsys.readouterr().err
     with pytest.raises(SystemExit):
         sweep.main(["configs/ptb/softmax.yaml", "--finetune-only", "--out", "x"])
     assert "--finetune-only is about a plan's finetune_best stage" in capsys.readouterr().err
