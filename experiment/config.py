@@ -296,6 +296,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         # variable in train.init_from=$CKPT trained from random weights)
         raise ConfigError(f"override {text!r}: empty value; write {key.strip()}=null to clear the "
                           f"setting, or give a value")
+    if raw.strip() == "~":
+        # YAML's null too, where data.data_dir=~ meant the home folder
+        raise ConfigError(f"override {text!r}: ~ alone is YAML's null; write {key.strip()}=null to clear "
+                          f"the setting, or give the folder's full path")
     try:
         value = parse_yaml(raw)
     except (yaml.YAMLError, _DuplicateKey):

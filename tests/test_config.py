@@ -63,6 +63,7 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("train.init_from=", "empty value; write train.init_from=null to clear the setting, or give a value"),
     ("data.data_dir= ", "empty value; write data.data_dir=null"),
     ("run.dir=", "empty value; write run.dir=null"),
+    ("data.data_dir=~", "~ alone is YAML's null; write data.data_dir=null to clear the setting, or give the folder's full path"),
     ("head.name=gss", "missing required key head.c of the gss head (a finite float32 number)"),
     ("head.k=2", "unknown key head.k (the softmax head takes no keys)"),
     ("model.nhidlast=300", "nhidlast must equal emsize"),
