@@ -193,11 +193,11 @@ def refuse_non_finite(results: dict, hidden_size: int) -> None:
         lead, cause = (f"plain evaluation (valid batch size {results['val_batch_size']}, test batch size "
                        f"{results['test_batch_size']})", broken)
     else:
-        if method == "cache" and settings["theta"] > cache.largest_safe_theta(hidden_size):
+        safe_theta = cache.largest_safe_theta(hidden_size)
+        if method == "cache" and settings["theta"] > safe_theta:
             culprits = ["theta"]
             cause = (f"the cache's scores theta <h_t, h_i> overflow float32 (the model's precision, in which "
-                     f"AWD-LSTM's pointer.py computes them too); give a --cache-theta of at most "
-                     f"{cache.largest_safe_theta(hidden_size):.3g}")
+                     f"AWD-LSTM's pointer.py computes them too); give a --cache-theta of at most {safe_theta:.3g}")
         elif method == "dynamic":
             culprits = ["lr", "epsilon"]
             cause = ("the steps lr * g / (S + epsilon) made the weights diverge; give a smaller "

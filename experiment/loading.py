@@ -292,8 +292,8 @@ def note_other_text(run_dir: Path, corpus) -> None:
     """Say so (stderr) where the validation or test text differs from the one the run trained
     beside (run.json's corpus record): the numbers are of this text, and a report leaves result
     files of other text out of the run's row."""
-    trained = trained_corpus(run_dir)
-    changed = differing_splits(trained, corpus.record(), ("valid", "test"))
+    trained, used = trained_corpus(run_dir), corpus.record()
+    changed = differing_splits(trained, used, ("valid", "test"))
     if changed:
-        print(f"note: {run_dir} trained beside other text: {describe_text_change(trained, corpus.record(), changed)}; "
+        print(f"note: {run_dir} trained beside other text: {describe_text_change(trained, used, changed)}; "
               f"what follows is of this text", file=sys.stderr)

@@ -148,6 +148,32 @@ def _reason(error: BaseException) -> str:
 LOCK_COMMAND_CHARS = 2000      # of the holder's command line, kept in the lock file for the message
 
 
+def held_elsewhere(lock_file: Path) -> bool:
+    """Whether another live process holds `lock_file`'s flock (a run directory's RunLock or a
+    sweep's claim), found without writing: a dry run must leave the run directories as they are,
+    so nothing is created, truncated or written (taking the lock, as RunLock does, would write
+    this process's PID into it). A missing or unreadable file, or a file system without flock,
+    counts as not held: the real run reports those itself.
+
+    The probe is a shared, non-blocking flock on a read-only descriptor, released at once: it
+    conflicts only with an exclusive lock (which is held elsewhere exactly when it fails), and
+    only for the microseconds it is held. flock is per open file, so a lock this process holds
+    through another descriptor also counts as held, as it does for RunLock.acquire."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)                  # closing the descriptor releases the probe's shared lock
+    return False
+
+
 class RunLock:
     """Exclusive use of a run directory for the life of this object (or of the process).
 

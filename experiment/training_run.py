@@ -199,10 +199,10 @@ def check_same_text(run_dir: Path, corpus) -> None:
     """Refuse to resume on other training or validation text than the run's first sittings read
     (run.json's corpus record): a modified corpus of the same words passes the vocabulary check,
     and an epoch, the NT-ASGD switch and best.pt would then rest on two texts, recorded as one."""
-    trained = trained_corpus(run_dir)
-    changed = differing_splits(trained, corpus.record(), ("train", "valid"))
+    trained, used = trained_corpus(run_dir), corpus.record()
+    changed = differing_splits(trained, used, ("train", "valid"))
     if changed:
-        raise DataError(f"{run_dir}: the run trained on other text: {describe_text_change(trained, corpus.record(), changed)}; "
+        raise DataError(f"{run_dir}: the run trained on other text: {describe_text_change(trained, used, changed)}; "
                         f"resume it on the folder it trained on (data.data_dir or AWD_DATA_DIR), or "
                         f"start a new run on this text")
 

@@ -6,7 +6,6 @@ With --group G, the work items are groups of up to G runs that train together in
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import queue
 import shlex
@@ -17,7 +16,7 @@ from typing import Sequence
 import torch
 
 from . import LaunchError
-from experiment.run_directory import LOCK_NAME
+from experiment.run_directory import LOCK_NAME, held_elsewhere
 from .runs import CLAIM_NAME, ELSEWHERE, PlannedRun, is_finished, process_group, results_only, say
 from .stopping import SweepStopped, check as check_stop_signals
 
@@ -49,32 +48,6 @@ def in_groups(runs: Sequence[PlannedRun], size: int) -> list[Item]:
             items.append(group)
         group.append(run)
     return items
-
-
-def held_elsewhere(lock_file: Path) -> bool:
-    """Whether another live process holds `lock_file`'s flock (a run directory's RunLock or a
-    sweep's claim), found without writing: a dry run must leave the run directories as they are,
-    so nothing is created, truncated or written (taking the lock, as RunLock does, would write
-    this process's PID into it). A missing or unreadable file, or a file system without flock,
-    counts as not held: the real run reports those itself.
-
-    The probe is a shared, non-blocking flock on a read-only descriptor, released at once: it
-    conflicts only with an exclusive lock (which is held elsewhere exactly when it fails), and
-    only for the microseconds it is held. flock is per open file, so a lock this process holds
-    through another descriptor also counts as held, as it does for RunLock.acquire."""
-    try:
-        fd = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)                  # closing the descriptor releases the probe's shared lock
-    return False
 
 
 def in_progress_elsewhere(run: PlannedRun, work_left: bool) -> bool:

@@ -43,8 +43,8 @@ import yaml
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.loading import processor_name
 from experiment.progress import TrainingProgress
-from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, GROUP_EXIT, LOCK_NAME, RunDirectoryError,
-                                     RunLock, finetune_config, run_name)
+from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, GROUP_EXIT, LOCK_NAME, finetune_config,
+                                     held_elsewhere, run_name)
 from . import LaunchError, stopping
 
 REPO = Path(__file__).resolve().parent.parent
@@ -593,14 +593,8 @@ def claimed(run_dir: Path):
 
 def locked_by_another_process(run_dir: Path) -> bool:
     """Whether a live process (a train.py started by hand) holds the run directory's lock (not
-    a folder that cannot hold one at all)."""
-    if not run_dir.is_dir():
-        return False
-    try:
-        with RunLock(run_dir):
-            return False
-    except RunDirectoryError:
-        return True
+    a folder that cannot hold one at all), asked without taking it (nothing written)."""
+    return run_dir.is_dir() and held_elsewhere(run_dir / LOCK_NAME)
 
 
 def process(run: PlannedRun, tag: str, env: dict | None = None, log_to_run_dir: bool = False) -> str:

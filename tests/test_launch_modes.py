@@ -15,7 +15,8 @@ import sweep
 from launch import LaunchError
 from launch import modes as launch_modes
 from launch import runs as launch_runs
-from launch.modes import child_gpu_ids, held_elsewhere, in_progress_elsewhere, visible_gpus
+from experiment.run_directory import held_elsewhere
+from launch.modes import child_gpu_ids, in_progress_elsewhere, visible_gpus
 from tests.test_sweep import CONFIG, in_process, overrides  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
