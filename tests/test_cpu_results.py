@@ -329,6 +329,18 @@ def holm_by_interval(reports: str) -> dict[str, set[str]]:
     return holm_of
 
 
+INTERVAL = r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]*\d"
+
+
+def quoted_holm(text: str) -> list[str]:
+    """The Holm's p values a text quotes as current: the one after "Holm's p" and those joined
+    to it by "and" ("Holm's p 1.7e-04 and 0.0069"). A past value is quoted after a semicolon
+    ("Holm's p 0.066; 0.029 over the 10 before"), so it is not among them."""
+    number = r"\d[\d.]*(?:e-\d+)?"
+    return [value for run in re.findall(rf"Holm's p (?:is )?({number}(?: and {number})*)", text)
+            for value in run.split(" and ")]
+
+
 def test_the_claims_tested_quote_the_reports_intervals():
     """Every interval "c% [low, high], p = x" in the table is one a committed report prints (a head
     against Softmax, every two rows, a head against itself at another d, MoS's gain averaged over
@@ -350,17 +362,16 @@ def test_the_claims_tested_quote_the_reports_intervals():
         for (_, *cell), (_, *other) in SEEDS_NEEDED[label]:
             described = welch(log_test_ppl(*cell), log_test_ppl(*other)).describe()
             assert described in rows[label] and described in holm_of, (label, described)
-    intervals = re.findall(r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]+", "\n".join(rows.values()))
+    intervals = re.findall(INTERVAL, "\n".join(rows.values()))
     assert len(intervals) >= 8
     for interval in intervals:
         assert interval in reports, interval
-    quoted_holm = 0
+    holm_quoted = 0
     for row in rows.values():
-        for holm in re.findall(r"Holm's p ([\d.e+-]+\d)", row):
-            assert any(holm in holm_of.get(i, ()) for i in re.findall(
-                r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]+", row)), (row, holm)
-            quoted_holm += 1
-    assert quoted_holm >= 8
+        for holm in quoted_holm(row):
+            assert any(holm in holm_of.get(i, ()) for i in re.findall(INTERVAL, row)), (row, holm)
+            holm_quoted += 1
+    assert holm_quoted >= 10
     assert pooled in " ".join(readme_section().split()), "README's claims that stand do not quote MoS over d"
 
 
@@ -371,11 +382,34 @@ def test_the_readme_quotes_the_reports_intervals_and_holms_p():
     reports = reports_text()
     holm_values = set().union(*holm_by_interval(reports).values())
     section = " ".join(readme_section().split())
-    intervals = re.findall(r"[+-][\d.]+% \[[^\]]+\], p = [\d.e+-]*\d", section)
+    intervals = re.findall(INTERVAL, section)
     assert len(intervals) >= 8
     for interval in intervals:
         assert interval in reports, interval
-    quoted = re.findall(r"Holm's p (?:is )?([\d.]+(?:e-\d+)?)", section)
+    quoted = quoted_holm(section)
     assert len(quoted) >= 5
     for value in quoted:
         assert value in holm_values, value
+
+
+def test_the_six_epoch_conclusions_against_convergence_quote_the_reports():
+    """The results page's table "Which 6-epoch conclusions survive convergence": every interval
+    it quotes is one a committed report prints, every Holm's p it quotes as current is in a
+    report's Holm's p column, and every converged cell mean "ppl ± sd (n = k)" is a row of
+    heads.md (a stale figure there had read 0.029 for a Holm's p of 0.11)."""
+    reports = reports_text()
+    holm_values = set().union(*holm_by_interval(reports).values())
+    [table] = [t for t in tables(results_page()) if t.startswith("| claim | [SB], d = 400 | 6 epochs")]
+    intervals = re.findall(INTERVAL, table)
+    assert len(intervals) >= 5
+    for interval in intervals:
+        assert interval in reports, interval
+    quoted = quoted_holm(table)
+    assert len(quoted) >= 5
+    for value in quoted:
+        assert value in holm_values, value
+    heads = (REPO / "results" / CONVERGED / "report" / "heads.md").read_text(encoding="utf-8")
+    means = re.findall(r"(\d+\.\d\d ± \d+\.\d\d) \(n = (\d+)\)", table.split(" | converged, d = 32")[1])
+    assert len(means) >= 5
+    for mean, n in means:
+        assert re.search(rf"\| {n} \|.*\| {re.escape(mean)} \|", heads), (mean, n)
