@@ -45,7 +45,7 @@ from launch import LaunchError
 from launch.modes import (alone, in_groups, in_progress_elsewhere, slurm_script, summary, sweep_gpus,
                           sweep_jobs, sweep_local, tag_of, visible_gpus)
 from launch.plans import Plan, is_plan, load_plan
-from launch.runs import (ELSEWHERE, Experiment, check_corpora, check_same_experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
+from launch.runs import (ELSEWHERE, Experiment, check_corpora, check_process_count, check_same_experiment, describe, finetune_runs, group_command, parse_grid, pending_commands,
                          options_refused, plan_runs, rank_analysis, trainings_together)
 from launch.stopping import PassingOnStopSignals, SweepStopped
 
@@ -406,6 +406,7 @@ def main(argv=None) -> int:
         for run in [] if args.finetune_only else runs:
             if (run.dir / "last.pt").is_file():
                 check_same_experiment(run)    # --out holds other runs: refused before any run (or Slurm script), exit 2
+            check_process_count(run)          # what train.py would refuse under --nproc (or without it)
         if args.mode == "slurm":
             return write_slurm(args, runs)
         second_stage = args.task is None and not args.train_only

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
 
+import torch
 import yaml
 
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
@@ -345,6 +346,29 @@ def check_same_experiment(run: PlannedRun) -> None:
             if a != b:
                 raise LaunchError(f"{run.dir} holds a different run ({section}.{key} is {a!r} "
                                     f"there, {b!r} in this sweep); choose another --out")
+
+
+def check_process_count(run: PlannedRun) -> None:
+    """Refuse, before any run starts, a run that train.py would refuse to train in
+    run.train_processes processes (sweep.py --nproc): a batch they do not divide, or an unfinished
+    run started with another number of processes (its last.pt holds each one's random numbers and
+    hidden states). Without this each such run would start torchrun only to fail in it."""
+    last = run.dir / "last.pt"
+    try:
+        if results_only(run) or is_finished(run):
+            return                               # nothing left to train
+        saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True).get("world_size", 1) \
+            if last.is_file() else None
+    except Exception:
+        return             # an unreadable last.pt: the run's own line says so (pending_commands)
+    processes, batch_size = run.train_processes, run.config.train.batch_size
+    if batch_size % processes:
+        raise LaunchError(f"--nproc {processes}: {run.dir}: train.batch_size {batch_size} is not divisible "
+                          f"by {processes} processes (each trains an equal block of the batch's columns); "
+                          f"choose an --nproc that divides it")
+    if saved is not None and saved != processes:
+        raise LaunchError(f"--nproc {processes}: {last} was saved by {saved} process(es), and a run "
+                          f"resumes only with as many as it started with; give --nproc {saved}")
 
 
 def resume_overrides(run: PlannedRun) -> list[str]:

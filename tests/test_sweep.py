@@ -607,6 +607,35 @@ def test_nproc_trains_under_torchrun_and_counts_every_process(overrides, tmp_pat
     assert 0 < sum(e["cpu_seconds"] for e in epochs) <= times[0]["cpu_s"]
 
 
+def test_a_process_count_train_py_would_refuse_is_refused_before_any_run(overrides, tmp_path, monkeypatch,
+                                                                         capsys):
+    """--nproc N that the batch size does not divide, or that differs from the processes an
+    unfinished run started with: one line, exit 2, before anything starts (each run's torchrun
+    would otherwise fail in turn, with torchrun's traceback)."""
+    commands: list = []
+    monkeypatch.setattr(launch_runs, "run_command", in_process(commands))
+    out = tmp_path / "sweep"
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "--nproc", "3"]) == 2
+    run = out / "ptb-softmax-seed1"
+    assert capsys.readouterr().err == (f"error: --nproc 3: {run}: train.batch_size 4 is not divisible by 3 "
+                                       f"processes (each trains an equal block of the batch's columns); "
+                                       f"choose an --nproc that divides it\n")
+    assert not out.exists() and commands == []
+
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "run.max_steps=3"]) == 0
+    before, commands[:] = (run / "last.pt").read_bytes(), []
+    capsys.readouterr()
+    for extra in (["--nproc", "2"], ["--nproc", "2", "--dry-run"]):
+        assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), *extra]) == 2
+        assert capsys.readouterr().err == (f"error: --nproc 2: {run / 'last.pt'} was saved by 1 process(es), "
+                                           f"and a run resumes only with as many as it started with; give "
+                                           f"--nproc 1\n")
+    assert commands == [] and (run / "last.pt").read_bytes() == before
+    # a finished run is only evaluated: any --nproc will do
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out)]) == 0
+    assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "--nproc", "3", "--dry-run"]) == 0
+
+
 # ---------------------------------------------------------------------- sweeps sharing a folder
 
 def test_a_run_another_sweep_holds_is_in_progress_elsewhere_not_failed(overrides, tmp_path, monkeypatch,
