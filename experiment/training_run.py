@@ -312,14 +312,24 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
 def check_new_run_dir(run_dir: Path) -> None:
     """RunDirectoryError if a new run cannot start in `run_dir`: it holds another run."""
     if (run_dir / "last.pt").exists():
-        raise RunDirectoryError(f"{run_dir} already holds a run; continue it with python "
-                                f"train.py --resume {shlex.quote(str(run_dir))} or choose another run.dir")
+        raise RunDirectoryError(f"{run_dir} already holds a run; continue it with "
+                                f"{resume_command(run_dir, saved_world(run_dir / 'last.pt'))} or choose another run.dir")
     if (run_dir / "eval_best.json").exists():
         # An evaluated run's result files without its checkpoint (committed results, say): a
         # new run would start that run's metrics.jsonl over beside its old evaluation. (A run
         # killed before its first last.pt has no evaluation: the same command starts it again.)
         raise RunDirectoryError(f"{run_dir} holds an evaluated run (eval_best.json) and no "
                                 f"last.pt to resume it; choose another run.dir or move it away")
+
+
+def saved_world(path: Path) -> World:
+    """The processes that saved the last.pt at `path` (they, and only they, can resume it; a
+    single process and a 1-process torchrun continue each other): one, where it is unreadable."""
+    try:
+        size = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("world_size", 1)
+    except Exception:
+        size = 1
+    return World(size=size, distributed=size > 1)
 
 
 def resume_command(run_dir: Path, world: World) -> str:
