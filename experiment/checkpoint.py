@@ -232,6 +232,9 @@ def save_last(trainer) -> None:
     p = trainer.progress
     hidden = None if p.hidden is None else [[(h.cpu(), c.cpu()) for h, c in chunk] for chunk in p.hidden]
     ranks = trainer.world.gather((rng_state(trainer.sampler, trainer.random_stream), hidden))
+    # The epoch's CPU seconds so far of every rank (metrics.jsonl's cpu_seconds is their sum): a
+    # mid-epoch last.pt with rank 0's alone would count rank 0's N times once resumed.
+    epoch_cpu_seconds = trainer.world.sum(p.epoch_cpu_seconds)
     if not trainer.world.is_main:
         return
     rngs, hiddens = zip(*ranks)
@@ -240,7 +243,7 @@ def save_last(trainer) -> None:
         "format": FORMAT, "kind": "last", "config": trainer.config.to_dict(),
         **trainer.vocab, "model": trainer.model.state_dict(),
         "optimizer": {"averaged": trainer.averaging, "state": trainer.optimizer.state_dict()},
-        "progress": dataclasses.replace(p, hidden=hidden).to_dict(),
+        "progress": dataclasses.replace(p, hidden=hidden, epoch_cpu_seconds=epoch_cpu_seconds).to_dict(),
         "world_size": trainer.world.size, "rng": rngs[0], "rng_of_other_ranks": list(rngs[1:])},
         trainer.run_dir / "last.pt")
 
@@ -253,6 +256,8 @@ def load_last(trainer, ckpt: dict, path: Path) -> None:
     trainer.optimizer = make_optimizer(trainer.model, trainer.config.train, kind)
     trainer.optimizer.load_state_dict(ckpt["optimizer"]["state"])
     trainer.progress = TrainingProgress.from_dict(ckpt["progress"], trainer.device)
+    if not trainer.world.is_main:
+        trainer.progress.epoch_cpu_seconds = 0.0     # rank 0 holds every rank's sum (save_last)
     if trainer.progress.hidden is not None:
         first = trainer.world.rank * len(trainer.chunks)
         trainer.progress.hidden = trainer.progress.hidden[first: first + len(trainer.chunks)]

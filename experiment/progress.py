@@ -59,7 +59,8 @@ class TrainingProgress:
     epoch_tokens: int = 0
     epoch_seconds: float = 0.0              # wall seconds of the epoch's training steps (its speed)
     epoch_cpu_seconds: float = 0.0          # this process's CPU seconds on the epoch, training and
-                                            # validation (its cost; a killed sitting keeps its epochs')
+                                            # validation (its cost; a killed sitting keeps its epochs');
+                                            # in last.pt every rank's sum, resumed by rank 0
     val_history: list = field(default_factory=list)   # validation loss of every finished epoch
     best_val: float = math.inf
     asgd_start_epoch: Optional[int] = None  # the first epoch trained with averaging

@@ -327,6 +327,22 @@ def test_an_epoch_record_costs_the_cpu_time_world_sum_gives(small_data, tmp_path
     assert len(epochs) == 1 and 1000 < epochs[0]["cpu_seconds"] < 1000 + 120
 
 
+def test_a_mid_epoch_last_pt_holds_every_ranks_cpu_time_and_rank_0_resumes_with_it(
+        small_data, tmp_path, monkeypatch):
+    """A run stopped within an epoch and resumed counts each rank's CPU time of the epoch once:
+    last.pt holds the ranks' sum (here a stand-in sum adds another rank's 1000 s each time),
+    which rank 0 resumes with (the other ranks start the epoch's count afresh)."""
+    monkeypatch.setattr(World, "sum", lambda self, value: value + 1000.0)
+    run_dir = tmp_path / "run"
+    args = [PTB, f"data.data_dir={small_data}", *TINY, "train.epochs=1", f"run.dir={run_dir}"]
+    assert train.main([*args, "run.max_steps=5"]) == 0
+    saved = torch.load(run_dir / "last.pt", weights_only=True)["progress"]["epoch_cpu_seconds"]
+    assert 1000 < saved < 1000 + 60
+    assert train.main(["--resume", str(run_dir), "run.max_steps=null"]) == 0
+    epochs = metrics(run_dir)          # the first sitting's sum, and this sitting's
+    assert len(epochs) == 1 and 2000 < epochs[0]["cpu_seconds"] < 2000 + 120
+
+
 def test_every_documented_torchrun_command_splits_its_configs_batch_evenly():
     """docs/gpus.md's flagship example ran WikiText-2 MoS (train.batch_size 15) on 4 and on 2 x 4
     processes: refused at the start by World.columns. Each torchrun command there (a --resume
