@@ -52,6 +52,17 @@ def load(path: str | Path, map_location="cpu") -> dict:
     return ckpt
 
 
+def saved_processes(path: str | Path) -> int:
+    """How many processes saved the last.pt at `path`: only as many can resume it (it holds each
+    one's random numbers and hidden states; a single process and a 1-process torchrun are one).
+    Memory-mapped, so asking costs no read of the weights. CheckpointError if it is unreadable."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}: {unreadable_reason(Path(path), e)}") from None
+    return ckpt.get("world_size", 1) if isinstance(ckpt, dict) else 1
+
+
 def unreadable_reason(path: Path, error: Exception) -> str:
     """Why torch.load failed on `path`, in words. What torch says is kept only where it can
     mean something: for a text file or any other foreign file it is whatever the unpickler

@@ -32,7 +32,7 @@ from data.corpus import describe_text_change, differing_splits
 from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, saved_processes
 from .cli import ArgumentParser, leave_a_closed_terminal
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
@@ -323,11 +323,11 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def saved_world(path: Path) -> World:
-    """The processes that saved the last.pt at `path` (they, and only they, can resume it; a
-    single process and a 1-process torchrun continue each other): one, where it is unreadable."""
+    """The processes that saved the last.pt at `path` (checkpoint.saved_processes): one, where it
+    is unreadable (the resume's own line then says why)."""
     try:
-        size = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("world_size", 1)
-    except Exception:
+        size = saved_processes(path)
+    except CheckpointError:
         size = 1
     return World(size=size, distributed=size > 1)
 
@@ -336,7 +336,9 @@ def resume_command(run_dir: Path, world: World) -> str:
     quoted = shlex.quote(str(run_dir))      # the line is pasted into a shell; a path may hold a space
     if not world.distributed:
         return f"python train.py --resume {quoted}"
-    return f"torchrun (with {world.size} processes in all) train.py --resume {quoted}"
+    # Pasteable on one node; over several, any --nnodes times --nproc_per_node that makes as many.
+    return (f"torchrun --standalone --nproc_per_node {world.size} train.py --resume {quoted} "
+            f"({world.size} processes in all)")
 
 
 def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:

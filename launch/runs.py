@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
 
-import torch
 import yaml
 
+from experiment.checkpoint import CheckpointError, saved_processes
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
 from experiment.loading import processor_name
 from experiment.progress import TrainingProgress
@@ -357,9 +357,8 @@ def check_process_count(run: PlannedRun) -> None:
     try:
         if results_only(run) or is_finished(run):
             return                               # nothing left to train
-        saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True).get("world_size", 1) \
-            if last.is_file() else None
-    except Exception:
+        saved = saved_processes(last) if last.is_file() else None
+    except CheckpointError:
         return             # an unreadable last.pt: the run's own line says so (pending_commands)
     processes, batch_size = run.train_processes, run.config.train.batch_size
     if batch_size % processes:

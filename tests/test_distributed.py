@@ -222,15 +222,15 @@ def test_a_new_run_into_a_run_directory_names_the_command_its_processes_resume_i
         tiny_run, small_data, tmp_path, capsys):
     """The refusal of a new run where a run is names the launcher of the run it found (a last.pt
     saved by 2 processes is refused to python train.py --resume), not the one that asked."""
-    for processes, command in [(1, "python train.py --resume"),
-                               (2, "torchrun (with 2 processes in all) train.py --resume")]:
+    for processes, command in [(1, "python train.py --resume {}"),
+                               (2, "torchrun --standalone --nproc_per_node 2 train.py --resume {} (2 processes in all)")]:
         run_dir = tmp_path / f"saved-by-{processes}"
         shutil.copytree(tiny_run, run_dir)
         last = torch.load(run_dir / "last.pt", weights_only=True)
         torch.save({**last, "world_size": processes}, run_dir / "last.pt")
         assert train.main([PTB, f"data.data_dir={small_data}", *TINY, f"run.dir={run_dir}"]) == 2
         assert capsys.readouterr().err == (f"error: {run_dir} already holds a run; continue it with "
-                                           f"{command} {run_dir} or choose another run.dir\n")
+                                           f"{command.format(run_dir)} or choose another run.dir\n")
 
 
 def test_the_launch_environment_is_checked():

@@ -222,7 +222,7 @@ def test_torchrun(overrides, tmp_path, start_sweep):
     run = tmp_path / "ptb-softmax-seed1"
     proc = start_sweep(arguments)
     trained = stop(proc, signal.SIGHUP, tmp_path, [run], read_until_training(proc))
-    assert f"continue with torchrun (with 2 processes in all) train.py --resume {run}" in trained
+    assert f"continue with torchrun --standalone --nproc_per_node 2 train.py --resume {run} (2 processes in all)" in trained
     rerun(arguments, tmp_path, [run], runs=1)
 
 
