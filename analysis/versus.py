@@ -131,6 +131,15 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
                                       [[head_label(h), ", ".join(str(v) for v in values if (h, v) in gains),
                                         estimate.describe(), "—" if estimate.p is None else format_p(p)]
                                        for (h, estimate), p in zip(averaged.items(), holm_p)]))
+            alone = {h: gain_at_these_values(cells, h, [v for v in values if (h, v) in gains]) for h in averaged}
+            text += (f"\nThe same average read as one over these values of {key} alone (the values "
+                     f"asked about, not a sample of them): only each point's seed noise is its noise, "
+                     f"a Welch interval over the points' runs (Welch-Satterthwaite degrees of "
+                     f"freedom); no interval where a point has one run. It answers a narrower "
+                     f"question than the table above and is not held together with it:\n\n"
+                     + markdown_table(["head", "values", f"gain over these values of {key} alone"],
+                                      [[head_label(h), ", ".join(str(v) for v in values if (h, v) in gains),
+                                        estimate.describe()] for h, estimate in alone.items()]))
         pairs = list(combinations(values, 2))
         between = {(h, a, b): gain_difference(cells, h, a, b)
                    for h in others for a, b in pairs if (h, a) in gains and (h, b) in gains}
@@ -171,6 +180,14 @@ def gain_difference(cells: dict, head: str, first, second):
     return difference_of_differences(*(log_values(cells[h, v].runs, "test_ppl")
                                        for h, v in ((head, first), (BASELINE, first),
                                                     (head, second), (BASELINE, second))))
+
+
+def gain_at_these_values(cells: dict, head: str, values: Sequence):
+    """The same mean over `values` of (head - Softmax) in mean log test ppl as averaged_gain, its
+    noise each point's seed noise alone: weights +-1/k over the 2k points' runs (Welch)."""
+    points = [(h, v) for v in values for h in (head, BASELINE)]
+    return combination([log_values(cells[point].runs, "test_ppl") for point in points],
+                       [(1.0 if h == head else -1.0) / len(values) for h, _ in points])
 
 
 def averaged_gain(cells: dict, head: str, values: Sequence):

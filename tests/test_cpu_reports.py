@@ -151,6 +151,30 @@ def test_versus_averages_a_gain_over_the_values_and_sets_each_head_against_itsel
     smallest = min(p for *_, p in expected)
     assert any(r[3] == f"{format_p(4 * smallest)} |" for r in rows[1:])      # the smallest p, times 4
     assert "MoS, model.emsize = 64" not in own                         # one run: no interval
+    alone = text.split("gain over these values of model.emsize alone |")[1]
+    assert "| MoS | 16, 32, 64 | " + f"{100 * math.expm1(np.mean(gains)):+.1f}% (n = 1: no interval) |" in alone
+
+
+def test_versus_reads_the_averaged_gain_over_these_values_alone_with_their_seed_noise(tmp_path):
+    """Known answer: the same mean of the three gains, read over these d's alone, has as its noise
+    each cell's seed noise only: weights +-1/3 over the six cells, Welch-Satterthwaite's degrees of
+    freedom (written out here), a narrower interval than the one-sample t's over the gains."""
+    test_ppl = {("softmax", 16): [300.0, 310.0], ("mos", 16): [280.0, 290.0],
+                ("softmax", 32): [250.0, 262.0, 255.0], ("mos", 32): [238.0, 240.0, 236.0],
+                ("softmax", 64): [200.0, 204.0], ("mos", 64): [193.0, 195.0]}
+    root = ranked_runs(tmp_path / "runs", [(head, seed, d, ppl, 100) for (head, d), ppls in test_ppl.items()
+                                           for seed, ppl in enumerate(ppls, 1)])
+    assert report.main(["versus", str(root), "--key", "model.emsize", "--out", str(tmp_path / "v")]) == 0
+    text = (tmp_path / "v.md").read_text()
+    logs = {cell: np.log(values) for cell, values in test_ppl.items()}
+    value = sum(logs["mos", d].mean() - logs["softmax", d].mean() for d in (16, 32, 64)) / 3
+    terms = [logs[cell].var(ddof=1) / logs[cell].size / 9 for cell in logs]
+    df = sum(terms) ** 2 / sum(term ** 2 / (logs[cell].size - 1) for term, cell in zip(terms, logs))
+    se = math.sqrt(sum(terms))
+    half, p = stats.t.ppf(0.975, df) * se, 2 * stats.t.sf(abs(value) / se, df)
+    alone = text.split("gain over these values of model.emsize alone |")[1].split("\n\n")[0]
+    assert (f"| MoS | 16, 32, 64 | {100 * math.expm1(value):+.1f}% [{100 * math.expm1(value - half):+.1f}, "
+            f"{100 * math.expm1(value + half):+.1f}], p = {format_p(p)} |") in alone
 
 
 def test_methods_puts_plain_cache_and_dynamic_side_by_side(tmp_path, capsys):
