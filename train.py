@@ -511,7 +511,8 @@ def start_trainer(run: PreparedRun, world: World, random_stream=None, label: str
         checkpoint.load_last(trainer, run.resume_ckpt, run.run_dir / "last.pt")   # shapes, finite weights checked
     elif run.config.train.init_from:
         trainer.validate_starting_weights()
-    if world.is_main:
+    # A finished run resumed has nothing to train: its directory stays as the run left it.
+    if world.is_main and not (run.resume_ckpt is not None and trainer.progress.finished):
         keep_epochs(run.run_dir / "metrics.jsonl", completed=trainer.progress.epoch - 1)
         (run.run_dir / GROUP_EXIT).unlink(missing_ok=True)     # an earlier sitting's, in a group
         write_text_atomic(run.run_dir / "config.yaml", run.config.to_yaml())
@@ -542,7 +543,7 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
     config, run_dir = run.config, run.run_dir
     if world.is_main:
         report_start(run, world, trainer.progress, count_parameters(trainer.model))
-    if config.run.tensorboard and world.is_main:
+    if config.run.tensorboard and world.is_main and not trainer.progress.finished:
         trainer.run_log.open_tensorboard(trainer.progress.step)
     try:
         stopped = train_runs([trainer], steps_one_by_one)[trainer]

@@ -267,8 +267,13 @@ def test_resume_refuses_another_run_dir_and_a_best_pt(small, tmp_path, capsys):
     assert f"a resumed run stays in {run_dir}" in one_line_error(capsys)
     assert not (tmp_path / "elsewhere").exists()
     # a finished run resumed says it is finished (it read "resumed at epoch 2" for a 1-epoch run)
-    assert train.main(["--resume", str(run_dir)]) == 0
-    assert "| resumed: finished after epoch 1, step " in capsys.readouterr().out
+    # and writes nothing: it rewrote config.yaml (with the sitting's run.* overrides), run.json's
+    # code and a TensorBoard file of no events
+    before = snapshot(run_dir)
+    assert train.main(["--resume", str(run_dir), "run.tensorboard=true", "run.log_interval=3"]) == 0
+    out = capsys.readouterr().out
+    assert "| resumed: finished after epoch 1, step " in out and "done: " in out
+    assert snapshot(run_dir) == before
     shutil.copy(run_dir / "best.pt", run_dir / "last.pt")      # a user's attempt to go back
     assert train.main(["--resume", str(run_dir)]) == 2
     assert "a 'best' checkpoint, not a 'last' one" in one_line_error(capsys)
