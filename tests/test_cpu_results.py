@@ -379,15 +379,21 @@ def test_the_readme_quotes_the_reports_intervals_and_holms_p():
     """Every interval the front page's results quote is one a committed report prints, and every
     Holm's p it quotes is a report's Holm's p column value: new seeds that move a report leave no
     stale figure on the front page."""
+    assert_quotes_the_reports(" ".join(readme_section().split()), least_intervals=8, least_holm=5)
+
+
+def assert_quotes_the_reports(text: str, least_intervals: int, least_holm: int) -> None:
+    """Every interval `text` quotes is one a committed report prints, and every Holm's p it
+    quotes as current is a value of a report's Holm's p column (at least as many of each as
+    given, so that a change of format cannot leave nothing checked)."""
     reports = reports_text()
     holm_values = set().union(*holm_by_interval(reports).values())
-    section = " ".join(readme_section().split())
-    intervals = re.findall(INTERVAL, section)
-    assert len(intervals) >= 8
+    intervals = re.findall(INTERVAL, text)
+    assert len(intervals) >= least_intervals
     for interval in intervals:
         assert interval in reports, interval
-    quoted = quoted_holm(section)
-    assert len(quoted) >= 5
+    quoted = quoted_holm(text)
+    assert len(quoted) >= least_holm
     for value in quoted:
         assert value in holm_values, value
 
@@ -397,17 +403,8 @@ def test_the_six_epoch_conclusions_against_convergence_quote_the_reports():
     it quotes is one a committed report prints, every Holm's p it quotes as current is in a
     report's Holm's p column, and every converged cell mean "ppl ± sd (n = k)" is a row of
     heads.md (a stale figure there had read 0.029 for a Holm's p of 0.11)."""
-    reports = reports_text()
-    holm_values = set().union(*holm_by_interval(reports).values())
     [table] = [t for t in tables(results_page()) if t.startswith("| claim | [SB], d = 400 | 6 epochs")]
-    intervals = re.findall(INTERVAL, table)
-    assert len(intervals) >= 5
-    for interval in intervals:
-        assert interval in reports, interval
-    quoted = quoted_holm(table)
-    assert len(quoted) >= 5
-    for value in quoted:
-        assert value in holm_values, value
+    assert_quotes_the_reports(table, least_intervals=5, least_holm=5)
     heads = (REPO / "results" / CONVERGED / "report" / "heads.md").read_text(encoding="utf-8")
     means = re.findall(r"(\d+\.\d\d ± \d+\.\d\d) \(n = (\d+)\)", table.split(" | converged, d = 32")[1])
     assert len(means) >= 5
