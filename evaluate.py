@@ -25,7 +25,7 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, run_script
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script
 from evaluation import cache, dynamic
 from experiment.config import ConfigError
 from evaluation.loop import evaluate_nll, perplexity
@@ -38,12 +38,8 @@ def parse_args(argv=None):
                             description="Validation and test perplexity of a trained model.")
     parser.add_argument("path", help="run directory (uses its best.pt) or checkpoint file")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's "
-                                           "data.data_dir, else $AWD_DATA_DIR, else the repository's "
-                                           "corpora/)")
-    parser.add_argument("--allow-modified-corpus", action="store_true",
-                        help="read split files that are not the published ones (a run trained with "
-                             "data.allow_modified_corpus=true reads them without it)")
+    add_corpus_arguments(parser, "the run's data.data_dir, else $AWD_DATA_DIR, else the "
+                                 "repository's corpora/")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, mps, cuda, cuda:N")
     parser.add_argument("--valid-batch-size", type=int, help="default: the run's train.eval_batch_size")
     parser.add_argument("--test-batch-size", type=int, help="default: the run's train.test_batch_size (1)")

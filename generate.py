@@ -19,7 +19,7 @@ import torch
 
 from data import DataError
 from experiment.checkpoint import CheckpointError
-from experiment.cli import ArgumentParser, run_script, seed_argument
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
 
@@ -33,10 +33,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=seed_argument, default=1111, help="random seed of the sampler (1111)")
     parser.add_argument("--out", help="also write the text to this file")
     parser.add_argument("--device", default="cpu", help="cpu, mps, cuda, cuda:N or auto (cpu)")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's own)")
-    parser.add_argument("--allow-modified-corpus", action="store_true",
-                        help="read split files that are not the published ones (a run trained with "
-                             "data.allow_modified_corpus=true reads them without it)")
+    add_corpus_arguments(parser, "the run's own")
     return parser.parse_args(argv)
 
 

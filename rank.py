@@ -36,7 +36,7 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, run_script, seed_argument
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
@@ -83,12 +83,8 @@ def parse_args(argv=None):
                              "(default float32, as [SB]; float64 with --robustness)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--device", help="auto (CUDA when present; the default), cpu, mps, cuda, cuda:N")
-    parser.add_argument("--data-dir", help="folder holding ptb/ and wikitext-2/ (default: the run's "
-                                           "data.data_dir, else $AWD_DATA_DIR, else the repository's "
-                                           "corpora/)")
-    parser.add_argument("--allow-modified-corpus", action="store_true",
-                        help="read split files that are not the published ones (a run trained with "
-                             "data.allow_modified_corpus=true reads them without it)")
+    add_corpus_arguments(parser, "the run's data.data_dir, else $AWD_DATA_DIR, else the "
+                                 "repository's corpora/")
     parser.add_argument("--max-memory", type=float, metavar="GIB",
                         help="GPU memory the decomposition may use, in GiB (default: 80%% of the "
                              "free memory); what does not fit runs on the CPU (a GPU only: refused "

@@ -21,6 +21,15 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """--data-dir and --allow-modified-corpus of the scripts that read a run's corpus again
+    (evaluate.py, rank.py, generate.py); `default` says where the folder comes from without it."""
+    parser.add_argument("--data-dir", help=f"folder holding ptb/ and wikitext-2/ (default: {default})")
+    parser.add_argument("--allow-modified-corpus", action="store_true",
+                        help="read split files that are not the published ones (a run trained with "
+                             "data.allow_modified_corpus=true reads them without it)")
+
+
 def seed_argument(text: str) -> int:
     """An argparse type: a random seed in the range train.seed takes (a larger integer was a
     traceback from inside torch's generator)."""
