@@ -338,7 +338,7 @@ def resume_command(run_dir: Path, world: World) -> str:
         return f"python train.py --resume {quoted}"
     # Pasteable on one node; over several, any --nnodes times --nproc_per_node that makes as many.
     return (f"torchrun --standalone --nproc_per_node {world.size} train.py --resume {quoted} "
-            f"({world.size} processes in all)")
+            f"({world.size} process{'es' if world.size > 1 else ''} in all)")
 
 
 def signal_stop_message(signum: int, step: int, run_dir: Path, world: World) -> str:
@@ -397,7 +397,7 @@ def report_start(run: PreparedRun, world: World, progress: TrainingProgress, par
     warn_if_cpu_by_default(config, device, params)
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
           f"{params:,} parameters | device {device}"
-          + (f" | {world.size} processes" if world.distributed else "")
+          + (f" | {world.size} process{'es' if world.size > 1 else ''}" if world.distributed else "")
           + ("" if run.resume_ckpt is None else
              f" | resumed: finished after epoch {progress.epoch - 1}, step {progress.step}" if progress.finished else
              f" | resumed at epoch {progress.epoch}, step {progress.step}"), flush=True)

@@ -218,6 +218,16 @@ def test_a_batch_size_the_processes_do_not_divide_is_refused(small_data, tmp_pat
     assert not run_dir.exists()
 
 
+def test_the_resume_command_of_a_torchrun_run_is_pasteable_on_one_node_and_counts_its_processes(tmp_path):
+    from experiment.training_run import resume_command
+    run = tmp_path / "a run"
+    assert resume_command(run, World(size=4, distributed=True)) == (
+        f"torchrun --standalone --nproc_per_node 4 train.py --resume '{run}' (4 processes in all)")
+    assert resume_command(run, World(size=1, distributed=True)).endswith("--nproc_per_node 1 train.py "
+                                                                        f"--resume '{run}' (1 process in all)")
+    assert resume_command(run, World()) == f"python train.py --resume '{run}'"
+
+
 def test_a_new_run_into_a_run_directory_names_the_command_its_processes_resume_it_with(
         tiny_run, small_data, tmp_path, capsys):
     """The refusal of a new run where a run is names the launcher of the run it found (a last.pt
