@@ -30,6 +30,7 @@ import rank
 import sweep
 import train
 from launch import LaunchError, runs as launch_runs
+from launch.modes import in_groups
 from launch.plans import is_plan, load_plan
 from launch.runs import plan_runs
 from tests.conftest import TINY, copy_first_lines, doc_section
@@ -134,20 +135,35 @@ def in_process(command, env=None, log=None, account=None) -> int:
 LIMITS = {"sb_figure2_gss_ptb": 3, "sb_figure2_gss_wt2": 3, "sb_sm_tables4_5": 2}
 
 
+def small_plan_options(plan: Path, plan_data: Path) -> list[str]:
+    """The sweep's options that make `plan` tiny: a tiny model on the plan data, one epoch, the
+    first run(s) of each experiment. A key the plan varies (the CPU plans' model.emsize, which
+    nhidlast follows) keeps the plan's values."""
+    loaded = load_plan(plan)
+    varied = {key for e in loaded.experiments for key, _ in e.grid}
+    tiny = [o for o in TINY if o.split("=", 1)[0] not in varied]
+    tiny += ["model.nhidlast=null"] if "model.emsize" in varied else []
+    return [f"data.data_dir={plan_data}", *tiny, "train.epochs=1", "train.small_batch_size=null",
+            "--limit", str(LIMITS.get(plan.stem, 1))]
+
+
+@pytest.fixture(scope="module")
+def trained_alone() -> dict[str, Path]:
+    """plan stem -> the --out folder where the end-to-end test trained it (small_plan_options, no
+    --group), for the grouped test to compare against instead of training it again."""
+    return {}
+
+
 @pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.stem)
-def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, monkeypatch, capsys):
+def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, trained_alone, tmp_path, monkeypatch,
+                                                     capsys):
     monkeypatch.setattr(launch_runs, "run_command", in_process)
     # Eager kernels (the compiled ones compute the same and are tested on their own): compiling
     # them would cost most of this test's time.
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
     loaded = load_plan(plan)
     runs = tmp_path / "runs"
-    # A key a plan varies (the CPU plans' model.emsize, which nhidlast follows) keeps the plan's values.
-    varied = {key for e in loaded.experiments for key, _ in e.grid}
-    tiny = [o for o in TINY if o.split("=", 1)[0] not in varied]
-    tiny += ["model.nhidlast=null"] if "model.emsize" in varied else []
-    small = [f"data.data_dir={plan_data}", *tiny, "train.epochs=1", "train.small_batch_size=null",
-             "--limit", str(LIMITS.get(plan.stem, 1))]
+    small = small_plan_options(plan, plan_data)
     # The plans whose reports read other plans' runs get those (small) runs too.
     needs = {"sb_sm_tables10_11": ["sb_table2_ptb", "sb_table2_wt2"],
              "sb_sm_tables4_5": ["sb_sm_tables10_11"],
@@ -156,6 +172,7 @@ def test_every_plan_runs_end_to_end_with_its_reports(plan, plan_data, tmp_path, 
         assert sweep.main([f"sweeps/{other}.yaml", *small, "--out", str(runs / other)]) == 0
     out = runs / loaded.out.name
     assert sweep.main([str(plan), *small, "--out", str(out)]) == 0
+    trained_alone[plan.stem] = out
     planned = launch_runs.plan_runs(loaded.experiments, out, small[:-2], None, LIMITS.get(plan.stem, 1))
     assert planned
     finetuned, waiting = launch_runs.finetune_runs(planned)
@@ -200,27 +217,27 @@ def results_without_times(run_dir: Path, root: Path) -> dict:
 
 @pytest.mark.parametrize("plan", CPU_PLANS, ids=lambda p: p.stem)
 def test_the_cpu_plans_trained_in_groups_give_the_result_files_of_their_runs_alone(
-        plan, plan_data, tmp_path, monkeypatch, capsys):
-    """sweep.py --group 3 on a CPU plan (tiny, 2 seeds of each experiment, the finetuning stage
-    where it has one): every run trained in a group, and every result file as without --group."""
+        plan, plan_data, trained_alone, tmp_path, monkeypatch, capsys):
+    """sweep.py --group 3 on a CPU plan at the end-to-end test's size (the finetuning stage where
+    it has one): the runs of one shape train in groups, and every result file is the one the
+    end-to-end test's runs alone wrote (trained here when that test did not run first)."""
     monkeypatch.setattr(launch_runs, "run_command", in_process)
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)      # eager kernels, as above
-    loaded = load_plan(plan)
-    varied = {key for e in loaded.experiments for key, _ in e.grid}
-    tiny = [o for o in TINY if o.split("=", 1)[0] not in varied]
-    tiny += ["model.nhidlast=null"] if "model.emsize" in varied else []
-    small = [f"data.data_dir={plan_data}", *tiny, "train.epochs=1", "train.small_batch_size=null",
-             "--seeds", "1", "2", "--limit", "2"]
-    alone, grouped = tmp_path / "alone", tmp_path / "grouped"
-    assert sweep.main([str(plan), *small, "--out", str(alone)]) == 0
+    small = small_plan_options(plan, plan_data)
+    alone = trained_alone.get(plan.stem)
+    if alone is None:
+        alone = tmp_path / "alone"
+        assert sweep.main([str(plan), *small, "--out", str(alone)]) == 0
     capsys.readouterr()
+    grouped = tmp_path / "grouped"
+    planned = launch_runs.plan_runs(load_plan(plan).experiments, grouped, small[:-2], None, int(small[-1]))
+    together = {run.dir.relative_to(grouped) for item in in_groups(planned, 3) if len(item) > 1 for run in item}
+    assert together                         # the runs of one shape the sweep groups (3 at a time)
     assert sweep.main([str(plan), *small, "--out", str(grouped), "--group", "3"]) == 0
-    printed = capsys.readouterr().out
-    assert "runs as one group" in printed
+    assert "runs as one group" in capsys.readouterr().out
     runs = sorted(p.parent.relative_to(grouped) for p in grouped.rglob("eval_best.json"))
     assert runs == sorted(p.parent.relative_to(alone) for p in alone.rglob("eval_best.json")) and runs
-    in_groups = [run for run in runs if (grouped / run / "group_exit.json").is_file()]
-    assert len(in_groups) >= len(runs) - 2      # every run but a plan's last of its kind
+    assert {run for run in runs if (grouped / run / "group_exit.json").is_file()} >= together
     for run in runs:
         assert results_without_times(grouped / run, grouped) == results_without_times(alone / run, alone), run
 
