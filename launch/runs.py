@@ -42,6 +42,7 @@ import yaml
 
 from experiment.checkpoint import CheckpointError, saved_processes
 from experiment.config import Config, ConfigError, config_from_dict, load_config, parse_override
+from experiment.distributed import World
 from experiment.loading import processor_name
 from experiment.progress import TrainingProgress
 from experiment.run_directory import (CPU_TIMES, FINETUNE_DIR, GROUP_EXIT, LOCK_NAME, finetune_config,
@@ -360,11 +361,11 @@ def check_process_count(run: PlannedRun) -> None:
         saved = saved_processes(last) if last.is_file() else None
     except CheckpointError:
         return             # an unreadable last.pt: the run's own line says so (pending_commands)
-    processes, batch_size = run.train_processes, run.config.train.batch_size
-    if batch_size % processes:
-        raise LaunchError(f"--nproc {processes}: {run.dir}: train.batch_size {batch_size} is not divisible "
-                          f"by {processes} processes (each trains an equal block of the batch's columns); "
-                          f"choose an --nproc that divides it")
+    processes = run.train_processes
+    try:
+        World(size=processes).columns(run.config.train.batch_size)     # train.py's own rule
+    except ConfigError as e:
+        raise LaunchError(f"--nproc {processes}: {run.dir}: {e}") from None
     if saved is not None and saved != processes:
         raise LaunchError(f"--nproc {processes}: {last} was saved by {saved} process(es), and a run "
                           f"resumes only with as many as it started with; give --nproc {saved}")

@@ -617,9 +617,9 @@ def test_a_process_count_train_py_would_refuse_is_refused_before_any_run(overrid
     out = tmp_path / "sweep"
     assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "--nproc", "3"]) == 2
     run = out / "ptb-softmax-seed1"
-    assert capsys.readouterr().err == (f"error: --nproc 3: {run}: train.batch_size 4 is not divisible by 3 "
-                                       f"processes (each trains an equal block of the batch's columns); "
-                                       f"choose an --nproc that divides it\n")
+    assert capsys.readouterr().err == (f"error: --nproc 3: {run}: train.batch_size: 4 is not divisible by the "
+                                       f"3 processes of this run (each trains an equal block of the batch's "
+                                       f"columns); choose a batch size or a number of processes that divides it\n")
     assert not out.exists() and commands == []
 
     assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "run.max_steps=3"]) == 0
