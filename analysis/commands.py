@@ -313,9 +313,11 @@ def seeds_arguments(parser) -> None:
     parser.add_argument("--change", type=float, nargs="+", required=True, metavar="PCT",
                         help="the true differences to plan for, in percent of test ppl as the reports "
                              "print them (e.g. -2 for 2%% below)")
-    parser.add_argument("--spread", type=float, required=True, metavar="PCT",
+    parser.add_argument("--spread", type=float, nargs="+", required=True, metavar="PCT",
                         help="the seed-to-seed spread of test ppl in percent, as a table report's "
-                             "seed-spread line prints it (e.g. 0.66)")
+                             "seed-spread line prints it (e.g. 0.66): one for every cell, or one per "
+                             "cell in the order of --cells' weights (e.g. 0.15 1.02; then Welch's "
+                             "interval, simulated)")
     parser.add_argument("--cells", type=int, default=2,
                         help="the cells compared: 2, one row against another (default); 4, how a "
                              "gain differs between two values (versus)")
@@ -326,17 +328,22 @@ def seeds_arguments(parser) -> None:
 
 def seeds(args) -> str:
     from .stats import power_table
-    if not 0 < args.spread < 100:
-        raise AnalysisError(f"--spread: expected a percentage between 0 and 100, got {args.spread:g}")
+    for spread in args.spread:
+        if not 0 < spread < 100:
+            raise AnalysisError(f"--spread: expected a percentage between 0 and 100, got {spread:g}")
     if args.cells not in (2, 4):
         raise AnalysisError(f"--cells: expected 2 (one row against another) or 4 (how a gain differs "
                             f"between two values), got {args.cells}")
+    if len(args.spread) not in (1, args.cells):
+        raise AnalysisError(f"--spread: expected one spread, or one per cell ({args.cells}), got "
+                            f"{len(args.spread)}")
     if not 0 < args.power < 1:
         raise AnalysisError(f"--power: expected a probability between 0 and 1, got {args.power:g}")
     for change in args.change:
         if change == 0 or change <= -100:
             raise AnalysisError(f"--change: expected a nonzero percentage above -100, got {change:g}")
-    return write_markdown(power_table(args.change, args.spread, args.cells, args.power), args.out)
+    spread = args.spread[0] if len(args.spread) == 1 else args.spread
+    return write_markdown(power_table(args.change, spread, args.cells, args.power), args.out)
 
 
 COMMANDS: dict[str, Command] = {

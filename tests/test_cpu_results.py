@@ -410,3 +410,25 @@ def test_the_six_epoch_conclusions_against_convergence_quote_the_reports():
     assert len(means) >= 5
     for mean, n in means:
         assert re.search(rf"\| {n} \|.*\| {re.escape(mean)} \|", heads), (mean, n)
+
+
+# The claims table's Welch counts (each cell its own spread, from heads.md's seed-spread line):
+# file in results/cpu_ptb_converged/planning/ -> the report.py seeds arguments that wrote it.
+WELCH_SEEDS = {"welch_seeds_softmax_ss.md": ["--change", "-3.1", "--spread", "0.15", "1.02"],
+               "welch_seeds_softmax_lms_plif_frozen.md": ["--change", "+1.1", "--spread", "0.15", "0.53"],
+               "welch_seeds_gss_ss.md": ["--change", "+1.1", "--spread", "0.48", "1.02"]}
+
+
+@pytest.mark.parametrize("name", sorted(WELCH_SEEDS))
+def test_the_welch_seed_counts_are_what_report_seeds_gives(name, tmp_path, capsys):
+    """Each committed count is what the command gives today, the spreads it names are heads.md's
+    cells' (its seed-spread line), and the results page quotes the file."""
+    import report
+    folder = REPO / "results" / CONVERGED / "planning"
+    assert sorted(p.name for p in folder.glob("*.md")) == sorted(WELCH_SEEDS)
+    assert report.main(["seeds", *WELCH_SEEDS[name], "--out", str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_text(encoding="utf-8") == (folder / name).read_text(encoding="utf-8")
+    spreads = WELCH_SEEDS[name][WELCH_SEEDS[name].index("--spread") + 1:]
+    line = seed_spread(REPO / "results" / CONVERGED / "report" / "heads.md")
+    assert all(re.search(rf"\b{re.escape(s)}% \(n = ", line) for s in spreads), (spreads, line)
+    assert f"planning/{name}" in results_page()

@@ -11,8 +11,8 @@ from scipy import stats as scipy_stats
 
 import numpy as np
 
-from analysis.stats import (Estimate, combination, difference_of_differences, format_bound, holm, pooled_spread, power, seeds_needed,
-                            welch)
+from analysis.stats import (Estimate, combination, difference_of_differences, format_bound, holm, pooled_spread, power,
+                            seeds_needed, welch, welch_power)
 
 A = [4.80, 4.85, 4.79, 4.90]          # e.g. log test ppl of four seeds
 B = [4.95, 5.02, 4.97]
@@ -132,6 +132,45 @@ def test_power_at_few_seeds_is_students_exact_test():
         assert power(3.0, 1.0, n) == pytest.approx(expected, abs=1e-3)
         assert rejected == pytest.approx(power(3.0, 1.0, n), abs=0.02), n
     assert seeds_needed(3.0, 1.0) == 4
+
+
+@pytest.mark.parametrize("spreads, n", [((0.0015, 0.0102), 4), ((0.0063, 0.0063), 3), ((0.0102, 0.0015), 9)])
+def test_welch_power_is_how_often_scipys_welch_test_rejects(spreads, n):
+    """welch_power, simulated from the laws of a cell's mean and variance, against drawn seeds
+    through scipy's Welch t-test (an independent computation): the same rejection rate within the
+    two simulations' noise. With equal spreads it is below power()'s pooled-t figure (Welch's
+    degrees of freedom are fewer), and the order of the cells does not matter."""
+    value = math.log1p(0.011)
+    rng = np.random.default_rng(2)
+    first = rng.normal(value, spreads[0], (20_000, n))
+    second = rng.normal(0.0, spreads[1], (20_000, n))
+    rejected = float(np.mean(scipy_stats.ttest_ind(first, second, axis=1, equal_var=False).pvalue < 0.05))
+    assert welch_power(value, spreads, n) == pytest.approx(rejected, abs=0.015)
+    assert welch_power(value, spreads, n) == welch_power(value, spreads, n)            # repeatable
+    assert welch_power(-value, spreads[::-1], n) == pytest.approx(rejected, abs=0.015)
+    if spreads[0] == spreads[1]:
+        assert welch_power(value, spreads, n) < power(value, spreads[0], n) - 0.05
+
+
+def test_seeds_needed_with_a_spread_per_cell_is_welchs(capsys):
+    """One spread per cell: the fewest seeds at which welch_power reaches the power wanted (one
+    fewer does not), one more than the pooled t's count where the spreads are equal; four cells take four spreads, and a count of spreads that is not the cells' is
+    refused. report.py seeds takes them in percent."""
+    import report
+    value, spreads = math.log1p(0.011), (0.0015, 0.0102)
+    seeds = seeds_needed(value, spreads)
+    assert welch_power(value, spreads, seeds) >= 0.8 > welch_power(value, spreads, seeds - 1)
+    # equal spreads: Welch's fewer degrees of freedom ask one more seed than the pooled t at 2%
+    assert seeds_needed(math.log1p(-0.02), (0.0063, 0.0063)) == seeds_needed(math.log1p(-0.02), 0.0063) + 1
+    four = seeds_needed(math.log1p(0.03), (0.01, 0.01, 0.02, 0.02), cells=4)
+    assert welch_power(math.log1p(0.03), (0.01, 0.01, 0.02, 0.02), four) >= 0.8
+    with pytest.raises(ValueError, match="one spread per cell"):
+        seeds_needed(value, spreads, cells=4)
+    assert report.main(["seeds", "--change", "+1.1", "--spread", "0.15", "1.02"]) == 0
+    out = capsys.readouterr().out
+    assert f"| +1.1% | {seeds} |" in out and "spreads of test ppl are 0.15%, 1.02%" in out
+    assert report.main(["seeds", "--change", "+1.1", "--spread", "0.15", "1.02", "0.5"]) == 2
+    assert "--spread: expected one spread, or one per cell (2), got 3" in capsys.readouterr().err
 
 
 def test_holm_by_hand():
