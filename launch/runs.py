@@ -359,8 +359,8 @@ def check_process_count(run: PlannedRun) -> None:
         if results_only(run) or is_finished(run):
             return                               # nothing left to train
         saved = saved_processes(last) if last.is_file() else None
-    except CheckpointError:
-        return             # an unreadable last.pt: the run's own line says so (pending_commands)
+    except CheckpointError:        # (is_finished has read the progress: unreadable, it said so)
+        return
     processes = run.train_processes
     try:
         World(size=processes).columns(run.config.train.batch_size)     # train.py's own rule
