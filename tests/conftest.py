@@ -157,3 +157,21 @@ def doc_blocks(page: str, section: str, languages: str) -> list[tuple[str, str]]
     import re
     blocks = re.findall(rf"```(?:{languages})\n(.*?)```", doc_section(page, section), re.S)
     return [(block.splitlines()[0], block) for block in blocks]
+
+
+def parser_of(parse_args, monkeypatch):
+    """The argparse parser that `parse_args` (a script's parse_args(argv), or a benchmark's main()
+    that parses sys.argv) builds, caught when it would parse."""
+    import argparse
+    built = []
+
+    def catch(self, *args, **kwargs):
+        built.append(self)
+        raise SystemExit(0)
+
+    for method in ("parse_args", "parse_intermixed_args", "parse_known_args"):
+        monkeypatch.setattr(argparse.ArgumentParser, method, catch)
+    monkeypatch.setattr(sys, "argv", [getattr(parse_args, "__module__", "script")])
+    with pytest.raises(SystemExit):
+        parse_args([]) if parse_args.__code__.co_argcount else parse_args()
+    return built[0]

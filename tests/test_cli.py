@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from experiment.cli import run_script
+from tests.conftest import parser_of
 
 import evaluate
 import generate
@@ -91,6 +92,7 @@ import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import rank
 from experiment.cli import run_script
+from tests.conftest import parser_of
 
 import evaluate
 import generate
@@ -216,21 +218,6 @@ def test_a_modified_corpus_hint_names_no_option_a_caller_does_not_have(published
     with pytest.raises(DataError) as error:
         load_trained(published_run, torch.device("cpu"))
     assert str(error.value).endswith("; restore the file")
-
-
-def parser_of(parse_args, monkeypatch) -> argparse.ArgumentParser:
-    """The parser a script's parse_args builds (caught when it would parse)."""
-    built = []
-
-    def catch(self, *args, **kwargs):
-        built.append(self)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_intermixed_args", catch)
-    with pytest.raises(SystemExit):
-        parse_args([])
-    return built[0]
 
 
 @pytest.mark.parametrize("script", [train, evaluate, rank, generate, sweep, synthetic, report])

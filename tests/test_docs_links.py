@@ -214,3 +214,136 @@ def test_the_first_runs_rank_lines_are_explained_where_it_points():
     explained = doc_section("docs/ranks.md", "What rank.py prints")
     assert "effective rank eps 0.001: A, eps 0.0001: B, eps 1e-05: C" in explained
     assert "ε-effective rank" in explained and "Press rank 18" in explained
+
+
+# The command lines a reader copies: the pages', and those of the launch scripts, the plans and the
+# configs (their comments). Each option they give a repository script is one that script takes,
+# and each `train.py` / `sweep.py` line on a repository config loads with its overrides.
+COMMAND_SOURCES = [*PAGES, *sorted((REPO / "scripts").glob("*.sh")), *sorted((REPO / "sweeps").glob("*.yaml")),
+                   *sorted((REPO / "configs").rglob("*.yaml"))]
+TOP_LEVEL_SCRIPTS = {"train", "evaluate", "rank", "generate", "sweep", "report", "synthetic"}
+OVERRIDE = re.compile(r"[a-z_]+\.[a-z_]+=\S+")
+
+
+def command_lines(source: Path) -> list[str]:
+    """A page's code (fenced blocks' lines and inline spans); a launch script's lines (continued
+    lines joined); a YAML file's comments."""
+    text = source.read_text(encoding="utf-8")
+    if source.suffix == ".sh":
+        return text.replace("\\\n", " ").splitlines()
+    if source.suffix == ".yaml":                 # a span may go on to the next comment line
+        comments = " ".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
+        return CODE_SPAN.findall(comments)
+    blocks = [line for m in FENCE.finditer(text) for line in m.group(0).splitlines()[1:-1]]
+    return blocks + CODE_SPAN.findall(FENCE.sub("", text))
+
+
+def script_module(token: str, previous: str) -> str | None:
+    """The module a command's token runs: train.py, evaluate.py ... (train.py's parser lives in
+    experiment.training_run), benchmarks/bench_group.py or bench_group.py, `-m benchmarks.x`."""
+    if previous == "-m" and token.startswith("benchmarks."):
+        return token
+    if not token.endswith(".py"):
+        return None
+    stem = token[:-3].split("/")[-1]
+    if stem in TOP_LEVEL_SCRIPTS:
+        return "experiment.training_run" if stem == "train" else stem
+    return f"benchmarks.{stem}" if (REPO / "benchmarks" / f"{stem}.py").exists() else None
+
+
+def documented_commands(source: Path) -> list[tuple[str, list[str]]]:
+    """(module, the tokens after the script's name) for each command line of `source` that runs a
+    repository script, cut at a comment, a pipe, `&&`, `;` or a closing parenthesis, the tokens
+    stripped of the prose's punctuation."""
+    found = []
+    for line in command_lines(source):
+        for piece in re.split(r"\s#|\||&&|;|\$\(|\)", line):
+            tokens = [t.strip("`'\"(,:;.") for t in piece.split()]
+            for i, token in enumerate(tokens):
+                module = script_module(token, tokens[i - 1] if i else "")
+                if module:
+                    found.append((module, tokens[i + 1:]))
+                    break
+    return found
+
+
+def unknown_options(parser, tokens: list[str]) -> list[str]:
+    """The --options among `tokens` that `parser` (and the subcommand the tokens name, where the
+    parser has subcommands) does not take; a subcommand it does not have is reported by name."""
+    import argparse
+    options = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            command = next((t for t in tokens if not t.startswith("-")), None)
+            if command is not None and command not in action.choices:
+                return [f"no command {command}"]
+            if command is not None:
+                options |= set(action.choices[command]._option_string_actions)
+    return [t for t in tokens if t.startswith("--") and t.split("=")[0] not in options]
+
+
+def config_overrides(tokens: list[str]) -> tuple[str, list[str]] | None:
+    """(config, its overrides) of a train.py or sweep.py line on a repository config with no
+    placeholder among them (`train.seed=S`, `<...>`, `$X`); None otherwise. A --grid's values are
+    a grid's, not overrides."""
+    if not tokens or not re.fullmatch(r"configs/[\w/]+\.yaml", tokens[0]) or not (REPO / tokens[0]).exists():
+        return None
+    overrides = [t for i, t in enumerate(tokens[1:]) if OVERRIDE.fullmatch(t) and tokens[i] != "--grid"]
+    if any(re.search(r"[<>${}]|\.\.\.|=[A-Z_]+$", t) for t in overrides):
+        return None
+    return tokens[0], overrides
+
+
+@pytest.fixture
+def parsers(monkeypatch):
+    """module -> the parser its script builds (each built once per test)."""
+    import importlib
+    from tests.conftest import parser_of
+    built = {}
+
+    def parser(module: str):
+        if module not in built:
+            loaded = importlib.import_module(module)
+            built[module] = parser_of(getattr(loaded, "parse_args", None) or loaded.main, monkeypatch)
+        return built[module]
+    return parser
+
+
+@pytest.mark.parametrize("source", COMMAND_SOURCES, ids=rel)
+def test_every_option_a_command_line_gives_a_script_is_one_it_takes(source, parsers):
+    problems = [f"{module} {' '.join(tokens)}: {bad}" for module, tokens in documented_commands(source)
+                for bad in unknown_options(parsers(module), tokens)]
+    assert not problems, f"{rel(source)}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("source", COMMAND_SOURCES, ids=rel)
+def test_every_command_line_on_a_repository_config_loads_with_its_overrides(source):
+    from experiment.config import ConfigError, load_config
+    problems = []
+    for module, tokens in documented_commands(source):
+        if module in ("experiment.training_run", "sweep") and (line := config_overrides(tokens)):
+            try:
+                load_config(*line)
+            except ConfigError as error:
+                problems.append(f"{' '.join(tokens)}: {error}")
+    assert not problems, f"{rel(source)}:\n" + "\n".join(problems)
+
+
+def test_the_command_checks_catch_an_unknown_option_command_and_override(tmp_path, parsers):
+    """The checks themselves, on a page of made-up lines beside good ones."""
+    from experiment.config import ConfigError, load_config
+    page = tmp_path / "page.md"
+    page.write_text("Run `python sweep.py PLAN --jobs 2 --job 3` (two runs), then `report.py seeds --spread 0.6`\n"
+                    "and `report.py sed --spread 0.6` or `bench_group.py --products`.\n"
+                    "```bash\npython train.py configs/ptb/softmax.yaml train.epochs=1 train.epoch=2   # --nothing\n"
+                    "python -m benchmarks.gpu_check --only group | tee x.txt --not-this\n```\n", encoding="utf-8")
+    commands = documented_commands(page)
+    assert [m for m, _ in commands] == ["experiment.training_run", "benchmarks.gpu_check", "sweep", "report",
+                                        "report", "benchmarks.bench_group"]
+    assert [unknown_options(parsers(m), t) for m, t in commands] == [[], [], ["--job"], [], ["no command sed"], []]
+    config, overrides = config_overrides(commands[0][1])
+    assert overrides == ["train.epochs=1", "train.epoch=2"]
+    with pytest.raises(ConfigError, match="train.epoch"):
+        load_config(config, overrides)
+    assert config_overrides(["configs/ptb/softmax.yaml", "train.seed=S"]) is None
+    assert config_overrides(["configs/ptb/gss.yaml", "--grid", "head.c=-1.5,0"]) == ("configs/ptb/gss.yaml", [])
