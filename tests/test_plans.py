@@ -65,6 +65,27 @@ def test_every_plan_is_in_the_tables_of_plans_with_its_number_of_runs(capsys):
         assert count == f"# {rows[str(plan)]} run{'s' * (rows[str(plan)] != 1)} planned", plan
 
 
+# Plans that are their seeds (one experiment a seed, in the order a GPU's groups take them), so
+# that `--seeds` makes their experiments the same runs and is refused.
+SEEDS_ARE_THE_PLAN = {"sweeps/gpu_converged_seeds.yaml"}
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=str)
+def test_every_plan_takes_seeds_from_the_command_line(plan):
+    """`sweep.py PLAN --seeds 1 2` replaces every experiment's seeds: a plan whose experiments
+    differed only in their seeds (the d-sweep's Mixtape at d = 64, seed 2, appended beside its
+    seed 1) was refused, two of its runs the same. Each plan gives each run once, but those that
+    are their seeds, which are refused in one line."""
+    from launch.runs import plan_runs
+    loaded = load_plan(plan)
+    if str(plan) in SEEDS_ARE_THE_PLAN:
+        with pytest.raises(LaunchError, match="--seeds replaces each experiment's own seeds"):
+            plan_runs(loaded.experiments, Path(loaded.out), [], [1, 2], None)
+        return
+    runs = plan_runs(loaded.experiments, Path(loaded.out), [], [1, 2], None)
+    assert len({run.dir for run in runs}) == len(runs) > 0
+
+
 def test_the_plans_use_the_papers_seeds_and_grids():
     table2 = load_plan("sweeps/sb_table2_ptb.yaml")
     seeds = {e.config.stem: e.seeds for e in table2.experiments}
