@@ -129,7 +129,7 @@ def test_the_results_page_shows_the_reports_tables_and_figures():
             assert f"\n{table}\n" in page, "docs/results_cpu.md does not show cpu_ptb_moc's moc.md as the report wrote it"
     converged = REPO / "results" / "cpu_ptb_converged" / "report"
     for name in ("heads.md", "convergence_heads.md", "cost.md",    # the converged study, as it grows:
-                 "d_sweep.md", "methods_d_sweep.md", "convergence_d_sweep.md"):   # every table of each
+                 "d_sweep.md", "heads_d64.md", "methods_d_sweep.md", "convergence_d_sweep.md"):   # every table of each
         if (converged / name).is_file():
             for table in tables((converged / name).read_text(encoding="utf-8")):
                 assert f"\n{table}\n" in page, f"docs/results_cpu.md does not show cpu_ptb_converged's {name}"
