@@ -402,6 +402,38 @@ def test_the_readme_quotes_the_reports_intervals_and_holms_p():
     assert_quotes_the_reports(" ".join(readme_section().split()), least_intervals=8, least_holm=5)
 
 
+def excludes_zero(interval: str) -> bool:
+    low, high = (float(x.rstrip("%")) for x in re.search(r"\[([^,]+), ([^\]]+)\]", interval).groups())
+    return low > 0 or high < 0
+
+
+def test_the_readmes_lists_of_what_stands_what_is_found_and_what_is_not_resolved_follow_the_reports():
+    """Each interval under the front page's "What stands:" excludes zero and, where a report gives
+    it a Holm's p, has one below 0.05; under "Found, but not standing:" each excludes zero with no
+    Holm's p below 0.05; under "Not resolved:" each reaches zero. New seeds that move a claim
+    across a line (SS below Softmax went from standing to found alone and back) fail here until
+    the front page moves it."""
+    text = " ".join(readme_section().split())
+    stands = text.split("What stands:")[1].split("Found, but not standing:")[0]
+    found = text.split("Found, but not standing:")[1].split("Not resolved:")[0]
+    unresolved = text.split("Not resolved:")[1].split("The converged seeds")[0]
+    holm_of = holm_by_interval(reports_text())
+    holm = lambda interval: [float(h) for h in holm_of.get(interval, ())]
+    checked = 0
+    for interval in re.findall(INTERVAL, stands):
+        assert excludes_zero(interval) and all(h < 0.05 for h in holm(interval)), ("stands", interval, holm(interval))
+        checked += 1
+    assert all(re.search(r"Holm's p", bullet) for bullet in stands.split(" - ")[1:]), "a standing claim without its Holm's p"
+    for interval in re.findall(INTERVAL, found):
+        assert excludes_zero(interval) and not any(h < 0.05 for h in holm(interval)), ("found alone", interval,
+                                                                                         holm(interval))
+        checked += 1
+    for interval in re.findall(INTERVAL, unresolved):
+        assert not excludes_zero(interval), ("not resolved", interval)
+        checked += 1
+    assert checked >= 15
+
+
 def assert_quotes_the_reports(text: str, least_intervals: int, least_holm: int) -> None:
     """Every interval `text` quotes is one a committed report prints, and every Holm's p it
     quotes as current is a value of a report's Holm's p column (at least as many of each as
