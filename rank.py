@@ -18,7 +18,9 @@ Writes beside the checkpoint: rank_<split>.json and singular_values_<split>_{log
 need U and V, so the log-P rows of the first --contexts contexts (default 10,000, as [SB]) are
 stacked into one dense matrix, decomposed in float64 unless --dtype says otherwise (the SM's
 errors of 1e-28 are float64 rounding), and the result is written to robustness_<split>.json
-(`report.py robustness` turns it into SM Tables 14-16).
+(`report.py robustness` turns it into SM Tables 14-16). In float64 the same contexts' Press rank
+in float32 is measured too: [SB]'s Press ranks are float32's, and the SM's 8,933 for its matrix
+is set beside both.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
 from spectrum.streaming import CUSOLVER_GESVD_MAX_N, NonFiniteMatrix, torch_backend_bytes
-from spectrum.robustness import NOISE_SCALES, press_rank_robustness
+from spectrum.robustness import NOISE_SCALES, matrix_ranks, press_rank_robustness
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ROBUSTNESS_CONTEXTS = 10_000           # [SB] SM 5.1: "the top 10,000 contexts"
@@ -258,27 +260,38 @@ def compute_robustness(path: str, split: str, contexts: int | None, dtype: str, 
     """[SB] SM section 5 on the dense log-P matrix of the first `contexts` contexts."""
     run, model, source, limit = open_split(path, split, contexts or ROBUSTNESS_CONTEXTS, dtype,
                                            device, data_dir, allow_modified_corpus)
-    rows = []
-    with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
-        for log_probs, _ in log_p_rows(model, source, run.config.train.bptt, limit):
-            rows.append(log_probs)
-            bar.update(log_probs.size(0))
-    matrix = torch.cat(rows)
-    del rows
+    matrix = dense_log_p(model, source, run.config.train.bptt, limit, split)
     result = describe_run(run, split, limit)
     try:
         result.update(press_rank_robustness(matrix, keep, iterations, scales, seed))
     except ValueError as e:
         raise AnalysisError(f"{run.path}: {e}") from None
+    if DTYPES[dtype] != torch.float32:
+        # [SB] counts Press ranks with float32's epsilon: the same contexts from a float32 model
+        # pass (the checkpoint's own weights, which the float64 copy holds exactly)
+        del matrix
+        matrix = dense_log_p(model.to(torch.float32), source, run.config.train.bptt, limit, split)
+        result["original_float32"] = matrix_ranks(matrix)
     write_text_atomic(run.run_dir / f"robustness_{split}.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
     return result
+
+
+def dense_log_p(model, source: torch.Tensor, bptt: int, limit: int, split: str) -> torch.Tensor:
+    """The log-P rows of the first `limit` contexts as one dense (limit, V) matrix."""
+    rows = []
+    with tqdm(total=limit, unit="ctx", desc=f"log-P rows ({split})", disable=None) as bar:
+        for log_probs, _ in log_p_rows(model, source, bptt, limit):
+            rows.append(log_probs)
+            bar.update(log_probs.size(0))
+    return torch.cat(rows)
 
 
 def describe_robustness(result: dict) -> str:
     original = result["original"]
     lines = [f"{result['checkpoint']}: {result['head']} on {result['dataset']} {result['split']}, "
-             f"{describe_weights(result)}; {result['contexts']:,} contexts, {original['dtype']}: Press rank {original['press_rank']:,}; "
-             f"top {result['keep']} singular values kept"]
+             f"{describe_weights(result)}; {result['contexts']:,} contexts, {original['dtype']}: Press rank {original['press_rank']:,}"
+             + (f" (float32: {result['original_float32']['press_rank']:,})" if "original_float32" in result else "")
+             + f"; top {result['keep']} singular values kept"]
     for record in result["reconstruction"]:
         lines.append(f"  Algorithm 1, iteration {record['iteration']:2d}: Press rank {record['press_rank']:,}, "
                      f"mean squared error {record['error']:.3g}")

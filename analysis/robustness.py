@@ -111,13 +111,17 @@ def write_robustness(run_dirs: Sequence[Path], out_prefix: Path) -> str:
     found, missing = load(run_dirs)
     parts = ["# [SB] SM Tables 14-16: robustness of the Press rank\n",
              f"[SB]: MoS on the first {ROBUSTNESS.contexts:,} contexts of PTB's test set, whose "
-             f"log-P matrix has Press rank {ROBUSTNESS.press_rank:,}; top {ROBUSTNESS.keep} singular "
-             "values kept. Error: mean squared entry difference from the rank-10 matrix.\n"]
+             f"log-P matrix has Press rank {ROBUSTNESS.press_rank:,} (the SM does not name its precision; "
+             "[SB]'s Press ranks count with float32's epsilon, its algorithms' errors are float64's); top "
+             f"{ROBUSTNESS.keep} singular values kept. Error: mean squared entry difference from the rank-10 matrix.\n"]
     for label, result in found:
         original = result["original"]
+        float32 = result.get("original_float32")
         parts.append(f"## {label}\n\n{result['contexts']:,} contexts, {original['shape'][0]:,} x "
                      f"{original['shape'][1]:,} log-P matrix in {original['dtype']}: Press rank "
-                     f"{original['press_rank']:,}; top {result['keep']} singular values kept.\n")
+                     f"{original['press_rank']:,}"
+                     + (f" (from a float32 model pass, in float32: {float32['press_rank']:,})" if float32 else "")
+                     + f"; top {result['keep']} singular values kept.\n")
         parts.append("### SM Table 14: robustness to SVD reconstruction errors (Algorithm 1)\n\n"
                      + reconstruction_table(result))
         parts.append("### SM Table 15: robustness to Gaussian additive noise (Algorithm 2)\n\n" + noise_table(result))

@@ -40,6 +40,11 @@ def _summary(values: torch.Tensor, shape: tuple[int, int]) -> dict:
     return rank_summary(values.cpu().double().numpy(), shape, values.dtype)
 
 
+def matrix_ranks(matrix: torch.Tensor) -> dict:
+    """The rank summary of `matrix` (Press and epsilon-effective ranks) in its own dtype."""
+    return _summary(torch.linalg.svdvals(matrix), tuple(matrix.shape))
+
+
 def truncate(matrix: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(A_0 = U S_p V^T, the n singular values of S_p (zeros after the top `keep`), A's rank summary)."""
     m, n = matrix.shape

@@ -392,6 +392,13 @@ def test_robustness_tables(tmp_path, capsys):
     assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 0
     markdown = (tmp_path / "rob.md").read_text()
     assert "## MoS, PTB, seed 28" in markdown and "Press rank 30; top 10" in markdown
+    assert "has Press rank 8,933 (the SM does not name its precision; [SB]'s Press ranks count with float32's" in markdown
+    # a float64 run's float32 rank beside its own
+    result["original_float32"] = {**result["original"], "press_rank": 29, "dtype": "float32"}
+    (run_dir / "robustness_test.json").write_text(json.dumps(result))
+    assert report.main(["robustness", str(tmp_path / "runs"), "--out", str(tmp_path / "rob")]) == 0
+    assert ("log-P matrix in float64: Press rank 30 (from a float32 model pass, in float32: 29); top 10"
+            in (tmp_path / "rob.md").read_text())
     assert table_line(markdown, "Iteration")[1:] == [str(i) for i in range(1, 11)]
     assert table_line(markdown, "Press rank")[1:] == ["10"] * 10
     assert table_line(markdown, "[SB] Error ×1e-28")[1:3] == ["0.97", "0.99"]

@@ -143,6 +143,19 @@ def test_rank_py_robustness_on_a_trained_model(trained, capsys):
     streamed = json.loads((trained / "rank_test.json").read_text())
     assert streamed["press_rank"] == result["original"]["press_rank"] > 10
     assert streamed["sigma_max"] == pytest.approx(result["original"]["sigma_max"], rel=1e-10)
+    # beside it, the float32 Press rank [SB] counts (a float32 model pass, float32's epsilon): the
+    # streaming path's in float32
+    float32 = result["original_float32"]
+    assert float32["dtype"] == "float32" and float32["shape"] == [m, n]
+    assert f"float64: Press rank {result['original']['press_rank']} (float32: {float32['press_rank']})" in "\n".join(out)
+    assert rank.main([str(trained), "--contexts", "60", "--device", "cpu"]) == 0
+    streamed = json.loads((trained / "rank_test.json").read_text())
+    assert streamed["press_rank"] == float32["press_rank"] and streamed["dtype"] == "float32"
+    assert streamed["sigma_max"] == pytest.approx(float32["sigma_max"], rel=1e-5)
+    # asked for in float32, the matrix is float32's already: no second pass
+    assert rank.main(argv + ["--dtype", "float32"]) == 0
+    result = json.loads((trained / "robustness_test.json").read_text())
+    assert result["original"]["dtype"] == "float32" and "original_float32" not in result
 
 
 def test_rank_py_robustness_bad_input_is_one_line(trained, capsys):
