@@ -94,8 +94,9 @@ def parse_args(argv=None):
     parser.add_argument("--plot", action="store_true",
                         help="draw the saved test spectra of the given runs in one figure (no computation)")
     parser.add_argument("--transformed", action="store_true", help="with --plot: add the f(l) spectra")
-    parser.add_argument("--out", help="with --plot: the PNG to write (default: spectra.png in the run "
-                                      "directory, or in the folder holding all the runs)")
+    parser.add_argument("--out", help="with --plot: the figure to write, .png, .pdf or .svg, or a folder "
+                                      "(default: spectra.png in the run directory, or in the folder "
+                                      "holding all the runs)")
     robust = parser.add_argument_group(
         "robustness of the Press rank ([SB] SM section 5, Tables 14-16)",
         "Algorithm 1: keep the top --keep singular values of the dense log-P matrix and rebuild it "

@@ -164,8 +164,9 @@ def top5(args, run_dirs) -> str:
 
 
 def spectra_arguments(parser) -> None:
-    parser.add_argument("--out", help="the PNG to write (default: spectra.png in the run directory, "
-                                      "or in the folder holding all the runs)")
+    parser.add_argument("--out", help="the figure to write, .png, .pdf or .svg, or a folder (default: "
+                                      "spectra.png in the run directory, or in the folder holding all "
+                                      "the runs)")
     parser.add_argument("--transformed", action="store_true",
                         help="also draw the f(l) spectra of heads that have them (dashed)")
     parser.add_argument("--first", type=int, default=500, help="indices in the normalised panel")

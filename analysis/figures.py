@@ -13,10 +13,17 @@ def pyplot():
 
 
 def save(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the figure to `path` (its folder made where missing); a path that cannot be written
+    (a file where a folder should be, no permission) is one line naming it, not a traceback."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        from . import AnalysisError
+        raise AnalysisError(f"{path}: cannot write the figure there ({e.strerror or e})") from None
+    finally:
+        pyplot().close(fig)
 
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")

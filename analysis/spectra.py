@@ -16,10 +16,10 @@ import numpy as np
 
 from experiment.run_directory import RunLock
 from . import AnalysisError
-from .figures import figure_file
+from .figures import figure_file, pyplot, save
 from model.heads import HEADS
-from .runs import config_value, head_label, read_json, read_run_config
-from .tables import run_file_note
+from .runs import config_value, head_label, read_json, read_metrics, read_run_config
+from .tables import rank_options, run_file_note
 
 SPECTRUM_FILES = {"log P": "singular_values_test_logp.npy",
                   "f(l)": "singular_values_test_transformed.npy"}
@@ -67,12 +67,22 @@ def legend_names(run_dirs: Sequence[Path]) -> list[str]:
 
 
 def how_to_rank(run_dir: Path) -> str:
-    """What gives run_dir its spectrum: rank.py for a run directory; a folder of runs is
-    report.py spectra's to plot (rank.py --plot takes run directories)."""
+    """What gives run_dir its spectrum: rank.py for a run directory (it ranks best.pt), its last.pt
+    for a run that has not validated an epoch yet (no best.pt, no metrics.jsonl); a folder of runs
+    is report.py spectra's to plot (rank.py --plot takes run directories)."""
     if not (run_dir / "config.yaml").is_file() and any(run_dir.glob("*/config.yaml")):
         return (f"a folder of runs, not a run directory: give its runs ({run_dir}/RUN ...), "
                 f"or plot them all with python report.py spectra {run_dir} --out FIGURE.png")
+    if (run_dir / "config.yaml").is_file() and not (run_dir / "best.pt").is_file() and not read_metrics(run_dir):
+        last = run_dir / "last.pt"
+        return ("no best.pt yet: the run has not validated an epoch" +
+                (f"; its last.pt can be ranked, python rank.py {last}" if last.is_file() else ""))
     return f"run python rank.py {run_dir}"
+
+
+def rerank_command(run_dir: Path, record: dict) -> str:
+    """rank.py's command that ranks run_dir again as its rank_test.json was ranked."""
+    return f"python rank.py {run_dir}{rank_options(record.get('contexts'), record.get('dtype'))}"
 
 
 def has_transformed_logits(run_dir: Path) -> bool:
@@ -94,6 +104,7 @@ def rank_records(run_dirs: Sequence[Path]) -> tuple[dict[Path, dict], list[str]]
             continue
         of_best_pt = Path(record.get("checkpoint", "best.pt")).name == "best.pt"
         if note := run_file_note(run_dir, "rank_test.json", record, of_best_pt):
+            note = note.replace(f"python rank.py {run_dir}", rerank_command(run_dir, record))
             outdated.append(f"{run_dir}: its spectra are left out: {note}")
         else:
             records[run_dir] = record
@@ -102,11 +113,16 @@ def rank_records(run_dirs: Sequence[Path]) -> tuple[dict[Path, dict], list[str]]
 
 def setting_names(records: dict[Path, dict]) -> tuple[dict[Path, str], list[str]]:
     """What the legend adds to a run's name so that unlike spectra are not read as alike: the
-    checkpoint when it is not best.pt, and the precision and number of contexts when the runs'
-    differ (float32's rounding floor is not float64's, and fewer contexts give fewer values);
-    and a note when they differ."""
+    checkpoint when it is not best.pt, and the corpus (its name and vocabulary, which bounds the
+    rank), the precision and the number of contexts when the runs' differ (float32's rounding
+    floor is not float64's, and fewer contexts give fewer values); and a note when they differ."""
     def contexts_of(record: dict) -> str:
         return f"{record['contexts']:,}" if record.get("contexts") else "?"
+
+    def corpus_of(record: dict) -> str:
+        shape = record.get("shape") or [None, None]
+        return f"{record.get('dataset', '?')} (V = {shape[1]:,})" if shape[1] else str(record.get("dataset", "?"))
+    corpora = list(dict.fromkeys(corpus_of(r) for r in records.values()))
     dtypes = sorted({str(r.get("dtype")) for r in records.values()})
     contexts = list(dict.fromkeys(contexts_of(r) for r in sorted(records.values(),
                                                                 key=lambda r: r.get("contexts") or 0)))
@@ -114,13 +130,17 @@ def setting_names(records: dict[Path, dict]) -> tuple[dict[Path, str], list[str]
     for run_dir, record in records.items():
         checkpoint = Path(record.get("checkpoint", "best.pt")).name
         parts = ([checkpoint] if checkpoint != "best.pt" else []) + \
+                ([corpus_of(record)] if len(corpora) > 1 else []) + \
                 ([str(record.get("dtype"))] if len(dtypes) > 1 else []) + \
                 ([f"{contexts_of(record)} contexts"] if len(contexts) > 1 else [])
         added[run_dir] = "".join(f", {part}" for part in parts)
-    unlike = ([f"precisions {', '.join(dtypes)}"] if len(dtypes) > 1 else []) + \
+    unlike = ([f"corpora {', '.join(corpora)}"] if len(corpora) > 1 else []) + \
+             ([f"precisions {', '.join(dtypes)}"] if len(dtypes) > 1 else []) + \
              ([f"contexts {', '.join(contexts)}"] if len(contexts) > 1 else [])
-    notes = [f"the spectra are not alike ({'; '.join(unlike)}): the legend names each curve's; rank "
-             f"them alike (rank.py --dtype, --contexts) to compare tails"] if unlike else []
+    notes = [f"the spectra are not alike ({'; '.join(unlike)}): the legend names each curve's; "
+             + ("a spectrum has as many values as its corpus's vocabulary, which bounds its rank: "
+                "compare runs of one corpus; " if len(corpora) > 1 else "")
+             + "rank them alike (rank.py --dtype, --contexts) to compare tails"] if unlike else []
     return added, notes
 
 
@@ -147,7 +167,7 @@ def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], l
         if values is not None:
             curves.append((f"{name} f(l)", values, True))             # see run_label
         elif has_transformed_logits(run_dir):
-            missing.append(f"{run_dir}: no {SPECTRUM_FILES['f(l)']} (run python rank.py {run_dir})")
+            missing.append(f"{run_dir}: no {SPECTRUM_FILES['f(l)']} (run {rerank_command(run_dir, records.get(run_dir, {}))})")
         any_with_f_l |= values is not None or has_transformed_logits(run_dir)
     if transformed and curves and not any_with_f_l:
         with_f_l = ", ".join(head.label for head in HEADS.values() if head.has_transformed_logits)
@@ -164,10 +184,7 @@ def run_label(label: str) -> str:
 
 def plot_spectra(curves: Sequence[Curve], path: Path,
                  first: int = 500, normalised_ymax: float = 0.2) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     # One colour per run: its log P (solid) and f(l) (dashed) curves share it.
     runs = list(dict.fromkeys(run_label(label) for label, _, _ in curves))
     palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")
@@ -183,10 +200,7 @@ def plot_spectra(curves: Sequence[Curve], path: Path,
     right.set(xlabel="index (linear scale)", ylabel="singular value (normalised, linear scale)",
               xlim=(0, first), ylim=(0, normalised_ymax))
     right.legend(fontsize="small")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def write_spectra(run_dirs: Sequence[Path], path: Path | None = None, transformed: bool = False,

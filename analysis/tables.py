@@ -234,20 +234,34 @@ def corpus_note(result: dict, run_dir: Path, config: dict, name: str, command: s
             f"one: run {command}")
 
 
+def rank_options(contexts: int | None, dtype: str | None) -> str:
+    """The rank.py options that rank over `contexts` in `dtype` (" --contexts 200 --dtype float64";
+    float32 is rank.py's default)."""
+    return (f" --contexts {contexts}" if contexts else "") + (
+        f" --dtype {dtype}" if dtype and dtype != "float32" else "")
+
+
 def align_rank_settings(results: Sequence[RunResult]) -> list[str]:
     """Press ranks of one table over the same contexts and precision: a rank counts the rows of
-    its log-P matrix and the rounding of its singular values, so the table takes the setting most
-    of its ranked runs share (rank.py --contexts, --dtype) and lists a run ranked otherwise under
-    "Missing or incomplete" rather than pooling it; every rank.py command a note gives carries
-    that setting. Returns the notes of the ranks left out."""
+    its log-P matrix and the rounding of its singular values, so the table takes, for each corpus,
+    the setting most of that corpus's ranked runs share (rank.py --contexts, --dtype; [SB] ranks
+    PTB over all its test contexts and WikiText-2 over the first 33,320) and lists a run ranked
+    otherwise under "Missing or incomplete" rather than pooling it; every rank.py command a note
+    gives carries that setting. Returns the notes of the ranks left out."""
+    left_out = []
+    for dataset in dict.fromkeys(r.dataset for r in results):
+        left_out += _align_rank_settings([r for r in results if r.dataset == dataset])
+    return left_out
+
+
+def _align_rank_settings(results: Sequence[RunResult]) -> list[str]:
     settings = Counter((r.rank_contexts, r.rank_dtype) for r in results if r.press_rank is not None)
     if not settings:
         return []
     # the most runs; between as many, more contexts, then float32 (rank.py's default)
     (contexts, dtype), _ = max(settings.items(),
                                key=lambda item: (item[1], item[0][0] or 0, item[0][1] == "float32"))
-    options = (f" --contexts {contexts}" if contexts else "") + (
-        f" --dtype {dtype}" if dtype and dtype != "float32" else "")
+    options = rank_options(contexts, dtype)
     left_out = []
     for r in results:
         command = f"python rank.py {r.dir}"

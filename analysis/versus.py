@@ -30,7 +30,12 @@ BASELINE = "softmax"
 def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
     """PREFIX.png (two panels), PREFIX.md and PREFIX.csv; returns the Markdown."""
     results = [read_run(d, [key]) for d in run_dirs]
-    ranks_left_out = align_rank_settings(results)
+    align_rank_settings(results)
+    # every run whose rank is not in the table, and why (not ranked, ranked on other weights, over
+    # other contexts or in another precision than the rest), as report.py table lists them
+    prefix = "press_rank ("
+    ranks_left_out = [f"`{r.dir}`: {note[len(prefix):-1]}" for r in results
+                      for note in r.missing if note.startswith(prefix)]
     if all(r.group[0] is None for r in results):
         raise AnalysisError(f"--key {key}: no run's config.yaml has this key (a config key, e.g. model.emsize)")
     if any(r.group[0] is None for r in results):
@@ -105,8 +110,9 @@ def write_versus(run_dirs: Sequence[Path], key: str, out_prefix: Path) -> str:
               f"point's ranked runs (n shown where more than one). Figure: "
               f"{prefixed(out_prefix, '.png').name}\n")
     if ranks_left_out:
-        text += ("\nPress ranks left out (ranked over other contexts or in another precision than the "
-                 "rest, so not pooled with them):\n\n" + "".join(f"- {note}\n" for note in ranks_left_out))
+        text += ("\nPress ranks not in the table (not ranked, ranked on other weights than best.pt holds, "
+                 "or over other contexts or in another precision than the rest, so not pooled with them):\n\n"
+                 + "".join(f"- {note}\n" for note in ranks_left_out))
     others = [h for h in heads if h != BASELINE]
     gains = {(h, v): test_difference(cells[h, v], cells[BASELINE, v])
              for h in others for v in values if (h, v) in cells and (BASELINE, v) in cells}

@@ -550,7 +550,7 @@ def test_spectra_older_than_best_pt_are_left_out_and_unlike_ones_named(tmp_path)
     assert [label for label, _, _ in curves] == ["MoS, seed 1, float64", "SS, seed 1, last.pt, float32"]
     assert notes == [
         f"{runs[0]}: its spectra are left out: rank_test.json is of the weights at step 10, but "
-        f"metrics.jsonl puts best.pt at step 20: run python rank.py {runs[0]} again",
+        f"metrics.jsonl puts best.pt at step 20: run python rank.py {runs[0]} --contexts 50 again",
         "the spectra are not alike (precisions float32, float64): the legend names each curve's; rank "
         "them alike (rank.py --dtype, --contexts) to compare tails"]
     assert [label for label, _, _ in collect(runs[1:2], transformed=False)[0]] == ["MoS, seed 1"]
@@ -560,6 +560,32 @@ def test_spectra_older_than_best_pt_are_left_out_and_unlike_ones_named(tmp_path)
     curves, notes = collect(runs[1:], transformed=False)
     assert [label for label, _, _ in curves] == ["MoS, seed 1, 40 contexts", "SS, seed 1, last.pt, 50 contexts"]
     assert notes[-1].startswith("the spectra are not alike (contexts 40, 50): ")
+    # of two corpora (each vocabulary bounds its rank): named in the legend and the note
+    record = json.loads((runs[2] / "rank_test.json").read_text())
+    (runs[2] / "rank_test.json").write_text(json.dumps({**record, "contexts": 40, "dataset": "wikitext-2",
+                                                        "shape": [40, 4615]}))
+    (runs[1] / "rank_test.json").write_text(json.dumps({**json.loads((runs[1] / "rank_test.json").read_text()),
+                                                        "dataset": "ptb", "shape": [40, 6431]}))
+    curves, notes = collect(runs[1:], transformed=False)
+    assert [label for label, _, _ in curves] == ["MoS, seed 1, ptb (V = 6,431)",
+                                                 "SS, seed 1, last.pt, wikitext-2 (V = 4,615)"]
+    assert notes[-1] == ("the spectra are not alike (corpora ptb (V = 6,431), wikitext-2 (V = 4,615)): the legend "
+                         "names each curve's; a spectrum has as many values as its corpus's vocabulary, which "
+                         "bounds its rank: compare runs of one corpus; rank them alike (rank.py --dtype, "
+                         "--contexts) to compare tails")
+
+
+def test_a_run_without_best_pt_is_told_what_it_lacks_not_a_command_that_fails(tmp_path):
+    """report.py spectra told a run that had not validated an epoch to run rank.py on it, which
+    refuses it (no validated model yet); its last.pt can be ranked."""
+    from analysis.spectra import how_to_rank
+    run_dir = make_run(tmp_path / "runs", "ptb-mos", "mos", 1)
+    assert how_to_rank(run_dir) == f"run python rank.py {run_dir}"      # validated: its best.pt is elsewhere
+    (run_dir / "metrics.jsonl").unlink()
+    assert how_to_rank(run_dir) == "no best.pt yet: the run has not validated an epoch"
+    (run_dir / "last.pt").write_bytes(b"")
+    assert how_to_rank(run_dir) == (f"no best.pt yet: the run has not validated an epoch; its last.pt can be "
+                                    f"ranked, python rank.py {run_dir / 'last.pt'}")
 
 
 @pytest.mark.parametrize("script", ["rank", "report"])
@@ -583,6 +609,10 @@ def test_a_figure_path_that_matplotlib_cannot_write_as_named_is_refused_first(tm
     assert main([*argv, "--out", str(folder)]) == 0
     assert f"wrote {folder / 'spectra.png'}" in capsys.readouterr().out
     assert (folder / "spectra.png").read_bytes()[:4] == b"\x89PNG"
+    # a path that cannot be written (a file where its folder should be) is one line, not a traceback
+    blocked = folder / "spectra.png" / "x.png"
+    assert main([*argv, "--out", str(blocked)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {blocked}: cannot write the figure there (")
 
 
 def test_rank_plot_and_report_spectra_draw_through_one_function(tmp_path, monkeypatch):
@@ -693,8 +723,18 @@ def test_one_pair_is_its_own_holm_family_and_the_rank_note_gives_the_contexts(tm
     assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
     assert (f"press_rank (no rank_test.json: run python rank.py {root / 'ptb-softmax-seed3'} --contexts 10000)"
             in (tmp_path / "t.md").read_text())
-    # versus lists the ranks it leaves out beside its table
+    # versus lists the ranks it leaves out beside its table, a run not ranked yet among them
     assert report.main(["versus", str(root), "--key", "train.epochs", "--out", str(tmp_path / "v")]) == 0
+    text = (tmp_path / "v.md").read_text()
     assert (f"- `{root / 'ptb-mos-seed2'}`: rank_test.json is over 300 contexts in float32, the other ranks "
-            f"here over 10000 in float32: run python rank.py {root / 'ptb-mos-seed2'} --contexts 10000\n"
-            in (tmp_path / "v.md").read_text())
+            f"here over 10000 in float32: run python rank.py {root / 'ptb-mos-seed2'} --contexts 10000\n" in text)
+    assert (f"- `{root / 'ptb-softmax-seed3'}`: no rank_test.json: run python rank.py "
+            f"{root / 'ptb-softmax-seed3'} --contexts 10000\n" in text)
+    # each corpus its own setting ([SB]: PTB over all its contexts, WikiText-2 over the first 33,320)
+    wt2 = make_run(root, "wikitext-2-softmax-seed1", "softmax", 1, test_ppl=70.0, press_rank=300,
+                   dataset="wikitext-2")
+    (wt2 / "rank_test.json").write_text(json.dumps({"press_rank": 300, "shape": [33320, 33278],
+                                                   "contexts": 33320, "dtype": "float32"}))
+    assert report.main(["table", str(root), "--out", str(tmp_path / "t")]) == 0
+    missing = (tmp_path / "t.md").read_text().split("## Missing or incomplete")[1]
+    assert "wikitext-2-softmax-seed1" not in missing and "ptb-mos-seed2" in missing
