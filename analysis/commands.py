@@ -177,7 +177,7 @@ def spectra(args, run_dirs) -> str:
     from .spectra import write_spectra
     path, missing = write_spectra(run_dirs, Path(args.out) if args.out else None,
                                   args.transformed, args.first, args.ymax)
-    return "\n".join([f"missing: {m}" for m in missing] + [f"wrote {path}"])
+    return "\n".join([f"warning: {m}" for m in missing] + [f"wrote {path}"])   # as rank.py --plot
 
 
 def correlation(args, run_dirs) -> str:

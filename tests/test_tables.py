@@ -503,7 +503,7 @@ def test_spectra_figure_from_saved_singular_values(tmp_path, capsys):
     assert report.main(["spectra", str(root), "--out", str(out), "--transformed"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert f"missing: {root / 'ptb-ss'}: no singular_values_test_logp.npy (run python rank.py {root / 'ptb-ss'})" in printed
+    assert f"warning: {root / 'ptb-ss'}: no singular_values_test_logp.npy (run python rank.py {root / 'ptb-ss'})" in printed
     # a folder of runs given where run directories are expected (rank.py --plot FOLDER)
     assert collect([root], transformed=False)[1] == [
         f"{root}: no singular_values_test_logp.npy (a folder of runs, not a run directory: give its runs "
