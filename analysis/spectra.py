@@ -73,7 +73,8 @@ def how_to_rank(run_dir: Path) -> str:
     if not (run_dir / "config.yaml").is_file() and any(run_dir.glob("*/config.yaml")):
         return (f"a folder of runs, not a run directory: give its runs ({run_dir}/RUN ...), "
                 f"or plot them all with python report.py spectra {run_dir} --out FIGURE.png")
-    if (run_dir / "config.yaml").is_file() and not (run_dir / "best.pt").is_file() and not read_metrics(run_dir):
+    validated = (run_dir / "best.pt").is_file() or read_metrics(run_dir)    # (results without checkpoints)
+    if (run_dir / "config.yaml").is_file() and not validated:
         last = run_dir / "last.pt"
         return ("no best.pt yet: the run has not validated an epoch" +
                 (f"; its last.pt can be ranked, python rank.py {last}" if last.is_file() else ""))
@@ -167,7 +168,8 @@ def collect(run_dirs: Sequence[Path], transformed: bool) -> tuple[list[Curve], l
         if values is not None:
             curves.append((f"{name} f(l)", values, True))             # see run_label
         elif has_transformed_logits(run_dir):
-            missing.append(f"{run_dir}: no {SPECTRUM_FILES['f(l)']} (run {rerank_command(run_dir, records.get(run_dir, {}))})")
+            command = rerank_command(run_dir, records.get(run_dir, {}))
+            missing.append(f"{run_dir}: no {SPECTRUM_FILES['f(l)']} (run {command})")
         any_with_f_l |= values is not None or has_transformed_logits(run_dir)
     if transformed and curves and not any_with_f_l:
         with_f_l = ", ".join(head.label for head in HEADS.values() if head.has_transformed_logits)
