@@ -197,8 +197,10 @@ class Config:
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML as a person means it: a key written twice in one mapping is an error (PyYAML keeps
-    the last one), and 1e-6 or 1e30 are numbers (YAML 1.1 wants a dot and a signed exponent,
-    so PyYAML reads them as strings)."""
+    the last one), 1e-6 or 1e30 are numbers (YAML 1.1 wants a dot and a signed exponent, so
+    PyYAML reads them as strings), and numbers are decimal: YAML 1.1 read seed: 010 as 8 (octal),
+    0b101 as 5 and epochs: 1:30 as 90 (base 60), each a silently different setting; here 010 is
+    10, and 0b101, 0x1f or 1:30 are text, which a numeric key refuses."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -216,9 +218,19 @@ class _DuplicateKey(Exception):
         self.key, self.mark = key, mark
 
 
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9][0-9_]*$"), list("-+0123456789"))
+_StrictLoader.add_constructor(       # PyYAML's own reads a leading 0 as octal
+    "tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node).replace("_", "")))
 _StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                  |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
 
 
@@ -302,8 +314,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
                           f"the setting, or give the folder's full path")
     try:
         value = parse_yaml(raw)
-    except (yaml.YAMLError, _DuplicateKey):
-        value = raw
+    except _DuplicateKey as e:
+        raise ConfigError(f"override {text!r}: key {e.key!r} is written twice; keep one") from None
+    except yaml.YAMLError as e:
+        # it was taken as the raw text: run.dir="runs/x (a quote left open) became a folder named
+        # with the quote, {lr: 1 (a brace left open) "not a mapping"
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({problem}); close its quotes "
+                          f"or brackets, or quote the whole value, e.g. '{key.strip()}=\"...\"'") from None
     return key.strip().split("."), value
 
 

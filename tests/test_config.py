@@ -76,12 +76,31 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("lr=3", "unknown section 'lr'"),
     ("trian.lr=1", "unknown section 'trian'"),        # a newcomer's typo: the override is named too
     ("train.lr", "expected key=value"),
+    # YAML 1.1 read a leading 0 as octal, 0b as binary and a:b as base 60: other numbers, silently
+    ("train.epochs=1:30", "train.epochs: expected an integer, got '1:30'"),
+    ("train.lr=1:00", "train.lr: expected a finite float32 number, got '1:00'"),
+    ("train.seed=0b101", "train.seed: expected an integer"),
+    ("train.seed=0x1f", "train.seed: expected an integer"),
+    # a value that is not YAML was kept as its raw text (a folder named '"runs/x')
+    ('run.dir="runs/x', "the value is not valid YAML"),
+    ("train={lr: 1", "the value is not valid YAML"),
+    ("head={name: mos, name: softmax}", "key 'name' is written twice; keep one"),
 ])
 def test_bad_values_name_the_override_and_key(override, expected):
     message = error_of(overrides=[override])
     assert expected in message
     if "=" in override:
         assert f"override {override!r}" in message
+
+
+def test_numbers_are_decimal_in_files_and_overrides(tmp_path):
+    """seed: 0042 was 34 (octal) in a file while sweep.py --seeds 0042 gave 42."""
+    assert load_config(PTB, ["train.seed=010", "train.epochs=08"]).train.seed == 10
+    config = tmp_path / "c.yaml"
+    config.write_text(f"base: {Path(PTB).resolve()}\ntrain: {{seed: 0042, epochs: 1_000}}\n")
+    loaded = load_config(config)
+    assert (loaded.train.seed, loaded.train.epochs) == (42, 1000)
+    assert "train.epochs: expected an integer, got '1:30'" in error_of(config, overrides=["train.epochs=1:30"])
 
 
 def test_errors_in_files_name_the_file(tmp_path):
