@@ -286,13 +286,15 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     identity = run_identity(config, model, corpus)
     if resume_ckpt is None and world.is_main:
         check_run_dir_usable(run_dir)
+    if resume_ckpt is None and config.train.init_from:      # (a dry run checks the checkpoint too)
+        load_initial_weights(model, config.train.init_from, corpus)
     if args.dry_run:
         if world.is_main:
+            if resume_ckpt is None:    # what the run itself would refuse: a run.dir holding a run
+                check_new_run_dir(run_dir)
             print(config.to_yaml(), end="")
             print(json.dumps({**identity, "device": str(device)}))
         return None
-    if resume_ckpt is None and config.train.init_from:
-        load_initial_weights(model, config.train.init_from, corpus)
     if resume_ckpt is not None:
         ckpt_path = run_dir / "last.pt"
         checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)

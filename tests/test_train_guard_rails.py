@@ -213,6 +213,19 @@ def test_a_run_dir_that_cannot_be_a_folder_is_one_line(dry_run, small, tmp_path,
     assert a_file.read_text() == "not a folder"
 
 
+def test_a_dry_run_refuses_what_the_run_would(small, tmp_path, capsys):
+    """--dry-run exited 0 for a train.init_from that is not there, or is a folder, and for a
+    run.dir that already holds a run; the run itself refuses each."""
+    for init_from, reason in ((tmp_path / "none.pt", "checkpoint not found"), (tmp_path, "is a folder")):
+        assert train.main([PTB, *small, f"train.init_from={init_from}", f"run.dir={tmp_path / 'x'}", "--dry-run"]) == 2
+        assert reason in one_line_error(capsys)
+    run_dir = tmp_path / "held"
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    assert train.main([PTB, *small, f"run.dir={run_dir}", "--dry-run"]) == 2
+    assert f"{run_dir} already holds a run; continue it with" in one_line_error(capsys)
+
+
 def test_a_reader_that_goes_away_does_not_stop_training(small, tmp_path):
     """`train.py ... | head -2`: the pipe closes after two lines; training goes on to the end
     unheard and saves (it stopped at the next progress line, blaming the run directory, with the
