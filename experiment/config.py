@@ -136,6 +136,17 @@ class TrainConfig:
             raise ValueError(f"small_batch_size: expected at most batch_size ({self.batch_size}), "
                              f"got {self.small_batch_size}")
 
+    def unused_early_stops(self) -> str | None:
+        """Why the early stops set here stop nothing, or None: they act on ASGD only, and
+        asgd_trigger never never switches to it."""
+        stops = [name for name, value in (("plateau_gain", self.plateau_gain),
+                                          ("early_stop_nonmono", self.early_stop_nonmono)) if value]
+        if self.asgd_trigger != "never" or not stops:
+            return None
+        return (f"train.{' and train.'.join(stops)} stop a run on ASGD only, and train.asgd_trigger=never "
+                f"never switches to it: {'they stop' if len(stops) > 1 else 'it stops'} nothing here "
+                f"(the run trains train.epochs epochs)")
+
 
 # What run.device (and the --device options of evaluate.py, rank.py, report.py) accept.
 DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")

@@ -286,6 +286,8 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     identity = run_identity(config, model, corpus)
     if resume_ckpt is None and world.is_main:
         check_run_dir_usable(run_dir)
+    if (unused := config.train.unused_early_stops()) and world.is_main:
+        print(f"warning: {unused}", file=sys.stderr)
     if resume_ckpt is None and config.train.init_from:      # (a dry run checks the checkpoint too)
         load_initial_weights(model, config.train.init_from, corpus)
     if args.dry_run:

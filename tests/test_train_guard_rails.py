@@ -226,6 +226,19 @@ def test_a_dry_run_refuses_what_the_run_would(small, tmp_path, capsys):
     assert f"{run_dir} already holds a run; continue it with" in one_line_error(capsys)
 
 
+def test_early_stops_that_cannot_act_are_named(small, tmp_path, capsys):
+    """train.asgd_trigger=never with an early stop (the miniature's base sets plateau_gain): the
+    stops act on ASGD only, so they were silently without effect."""
+    argv = [PTB, *small, "train.asgd_trigger=never", "train.plateau_gain=0.01", f"run.dir={tmp_path}", "--dry-run"]
+    assert train.main(argv) == 0
+    assert ("warning: train.plateau_gain stop a run on ASGD only, and train.asgd_trigger=never never switches "
+            "to it: it stops nothing here (the run trains train.epochs epochs)") in capsys.readouterr().err
+    assert train.main([*argv, "train.early_stop_nonmono=true"]) == 0
+    assert "train.plateau_gain and train.early_stop_nonmono stop a run on ASGD only" in capsys.readouterr().err
+    assert train.main([PTB, *small, "train.plateau_gain=0.01", f"run.dir={tmp_path}", "--dry-run"]) == 0
+    assert "warning: train.plateau_gain" not in capsys.readouterr().err
+
+
 def test_a_reader_that_goes_away_does_not_stop_training(small, tmp_path):
     """`train.py ... | head -2`: the pipe closes after two lines; training goes on to the end
     unheard and saves (it stopped at the next progress line, blaming the run directory, with the
