@@ -303,9 +303,13 @@ def _load_file(path: Path, origin: dict, seen: tuple = ()) -> dict:
     base = data.pop("base", None)
     merged: dict = {}
     if base is not None:
-        if not isinstance(base, str):
+        if not isinstance(base, str) or not base.strip():
             raise ConfigError(f"{path}: base: expected a file name, got {base!r}")
-        merged = _load_file(Path(os.path.normpath(path.parent / base)), origin, seen + (resolved,))
+        base_path = Path(os.path.normpath(path.parent / base))
+        if not base_path.is_file():      # named from the file that says base:, which is the one to fix
+            raise ConfigError(f"{path}: base: {base}: no such config file ({base_path}; a base is "
+                              f"relative to the file that names it)")
+        merged = _load_file(base_path, origin, seen + (resolved,))
     _merge(merged, data, origin, str(path))
     return merged
 
@@ -463,9 +467,13 @@ def _resolve(raw: dict, origin: dict) -> Config:
     head_raw = dict(head or {})
     head_name = head_raw.pop("name", None)
     if head_name not in HEADS:
-        # a missing name is blamed on whatever set the head section last (`head=null` empties it)
-        source = origin.get("head.name") if "name" in (head or {}) else origin.get("head", "config")
-        raise ConfigError(f"{source}: head.name: expected one of {', '.join(HEADS)}, got {head_name!r}")
+        # a missing name is blamed on whatever set the head section last (`head=null` empties
+        # it), or on the config file where no source set a head at all
+        if "name" in (head or {}):
+            raise ConfigError(f"{origin.get('head.name')}: head.name: expected one of {', '.join(HEADS)}, "
+                              f"got {head_name!r}")
+        raise ConfigError(f"{origin.get('head', origin.get('', 'config'))}: missing required key head.name "
+                          f"(one of {', '.join(HEADS)})")
     head_cls = HEADS[head_name]
     head_options = build_section(head_cls.Options, head_raw, "head", origin, owner=f"the {head_name} head")
     model = sections["model"]

@@ -58,7 +58,7 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("head=softmax", "head: expected a mapping of keys (name: and the head's options, e.g. head.name=softmax), "
                      "got 'softmax'"),
     ("head=3", "head: expected a mapping of keys"),
-    ("head=null", "head.name: expected one of"),
+    ("head=null", "missing required key head.name (one of softmax, "),
     # an empty value was YAML's null: train.init_from=$UNSET trained from random weights
     ("train.init_from=", "empty value; write train.init_from=null to clear the setting, or give a value"),
     ("data.data_dir= ", "empty value; write data.data_dir=null"),
@@ -91,6 +91,23 @@ def test_bad_values_name_the_override_and_key(override, expected):
     assert expected in message
     if "=" in override:
         assert f"override {override!r}" in message
+
+
+def test_a_config_without_a_head_names_its_file_and_the_missing_key():
+    """train.py configs/ptb_mini/base.yaml said "config: head.name: expected one of ..., got None"."""
+    assert error_of("configs/ptb_mini/base.yaml").startswith(
+        "configs/ptb_mini/base.yaml: missing required key head.name (one of softmax, ")
+
+
+def test_a_base_that_is_not_there_is_named_from_the_file_that_names_it(tmp_path):
+    child = tmp_path / "child.yaml"
+    for base in ("nowhere.yaml", "''"):
+        child.write_text(f"base: {base}\nhead: {{name: softmax}}\n")
+        message = error_of(child)
+        assert message.startswith(f"{child}: base: "), message
+    child.write_text("base: nowhere.yaml\n")
+    assert error_of(child) == (f"{child}: base: nowhere.yaml: no such config file ({tmp_path / 'nowhere.yaml'}; "
+                               f"a base is relative to the file that names it)")
 
 
 def test_numbers_are_decimal_in_files_and_overrides(tmp_path):
