@@ -427,6 +427,11 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
                 # head.name changed (an override) over a file that set another head's options
                 valid += (f"; {where(key)} sets it for its own head: to change the head, clear its "
                           f"options too: 'head={{}}' head.name=... with the new head's options")
+            elif owner and named_by not in (None, where(key)) and not where(key).startswith("override"):
+                # a file that changes its base's head: its head: mapping merges over the base's
+                valid += (f"; {where(key)} sets it for its own head and {named_by} changes head.name: "
+                          f"a file's head: merges over its base's, so base it on a config of the new "
+                          f"head (or give 'head={{}}' head.name=... on the command line)")
             raise ConfigError(f"{where(key)}: unknown key {section}.{key} ({valid})")
     kwargs = {}
     for f in dataclasses.fields(cls):

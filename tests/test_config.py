@@ -110,6 +110,16 @@ def test_a_base_that_is_not_there_is_named_from_the_file_that_names_it(tmp_path)
                                f"a base is relative to the file that names it)")
 
 
+def test_a_file_that_changes_its_bases_head_is_told_why_its_options_remain(tmp_path):
+    child = tmp_path / "child.yaml"
+    mos = Path("configs/ptb_mini/mos.yaml").resolve()
+    child.write_text(f"base: {mos}\nhead: {{name: softmax}}\n")
+    message = error_of(child)
+    assert message.startswith(f"{mos}: unknown key head.components (the softmax head takes no keys; ")
+    assert (f"{child} changes head.name: a file's head: merges over its base's, so base it on a config of "
+            f"the new head") in message
+
+
 def test_numbers_are_decimal_in_files_and_overrides(tmp_path):
     """seed: 0042 was 34 (octal) in a file while sweep.py --seeds 0042 gave 42."""
     assert load_config(PTB, ["train.seed=010", "train.epochs=08"]).train.seed == 10
