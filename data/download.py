@@ -233,11 +233,12 @@ def _manual_hint(dataset: str, data_dir: Path) -> str:
     # AWD_DATA_DIR is not read at all while data.data_dir or --data-dir names a folder.
     other = ("set AWD_DATA_DIR / pass --data-dir" if setting is None
              else f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if setting == "AWD_DATA_DIR"
-             else f"point {setting}, now {data_dir}," + (
-                 f" (AWD_DATA_DIR, {env}, is not read while either is set)" if env else ""))
+             else f"point {setting}, now {data_dir},")
+    unread = (f"; AWD_DATA_DIR, {env}, is not read while {setting} is set"
+              if env and setting not in (None, "AWD_DATA_DIR") else "")
     return (
         f"place {', '.join(SPLIT_FILES)} of {dataset} in {data_dir / dataset} by hand "
-        f"(or {other} to a folder holding {dataset}/)"
+        f"(or {other} to a folder holding {dataset}/{unread})"
     )
 
 

@@ -271,8 +271,9 @@ def test_an_awd_data_dir_without_the_corpus_is_named_as_set(tmp_path: Path, monk
     # set, but a run's data.data_dir names another folder, read first: pointing it again would not help
     with pytest.raises(DataError) as info:
         ensure_corpus("ptb", tmp_path / "elsewhere", urls=[refused_url()])
-    assert (f"(or point data.data_dir or --data-dir, now {tmp_path / 'elsewhere'}, (AWD_DATA_DIR, "
-            f"{tmp_path / 'nowhere'}, is not read while either is set) to a folder holding ptb/)") in str(info.value)
+    assert (f"(or point data.data_dir or --data-dir, now {tmp_path / 'elsewhere'}, to a folder holding ptb/; "
+            f"AWD_DATA_DIR, {tmp_path / 'nowhere'}, is not read while data.data_dir or --data-dir is set)"
+            ) in str(info.value)
 
 
 def test_the_offline_hint_names_the_setting_that_chose_the_folder(tmp_path: Path, monkeypatch):
