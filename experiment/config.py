@@ -485,7 +485,8 @@ def _resolve(raw: dict, origin: dict) -> Config:
     if head_cls.requires_nhidlast_equal_emsize and model.nhidlast != model.emsize:
         raise ConfigError(f"{origin.get('model.nhidlast', 'config')}: model.nhidlast: the "
                           f"{head_name} head ties its decoder to the embedding, so nhidlast must "
-                          f"equal emsize ({model.emsize}), got {model.nhidlast}")
+                          f"equal emsize ({model.emsize}), got {model.nhidlast} (model.nhidlast=null "
+                          f"follows emsize)")
     return Config(head_name=head_name, head=head_options, **sections)
 
 
