@@ -96,9 +96,14 @@ def default_run_name(dataset: str, config_path: Path, seed: int) -> str:
     config folder configs/<dataset folder>_<variant>/ after the dataset, so that the miniature's
     runs are not taken for the full-size rows': configs/ptb/softmax.yaml gives ptb-softmax-seed141,
     the name sweep.py gives the run, configs/ptb_mini/softmax.yaml ptb_mini-softmax-seed141.
-    (sweep.py names runs by `run_name` alone: a plan's folder says which runs it holds.)"""
-    variant = config_path.parent.name.partition("_")[2]
-    return run_name(f"{dataset}_{variant}" if variant else dataset, config_path, (), seed)
+    A folder is a variant only beside the folder it varies (ptb_mini beside ptb): a config in
+    my_configs/ is not a "configs" variant of anything. (sweep.py names runs by `run_name` alone:
+    a plan's folder says which runs it holds.)"""
+    folder = config_path.parent
+    varied, _, variant = folder.name.partition("_")
+    if variant and varied and (folder.parent / varied).is_dir():
+        dataset = f"{dataset}_{variant}"
+    return run_name(dataset, config_path, (), seed)
 
 
 def temp_path(path: Path) -> Path:

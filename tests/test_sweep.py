@@ -456,6 +456,25 @@ def test_train_names_a_miniature_configs_default_run_directory_apart_and_the_swe
     assert (REPO / "results" / "cpu_ptb_converged" / runs[0].name / "eval_best.json").is_file()
 
 
+@pytest.mark.parametrize("folders, expected", [
+    (("my_configs",), "runs/ptb-softmax-seed9"),                 # not a variant of a "my" folder
+    (("ptb", "ptb_small"), "runs/ptb_small-softmax-seed9"),     # a variant beside what it varies
+])
+def test_a_config_folder_names_a_variant_only_beside_the_folder_it_varies(
+        folders, expected, small_data, tmp_path, monkeypatch, capsys):
+    """A copy of the miniature's config in a folder of the user's own: its default run directory
+    has the variant of its folder only where the folder varies one beside it (ptb_small beside
+    ptb, as configs/ptb_mini beside configs/ptb); my_configs/ was named runs/ptb_configs-..."""
+    for folder in folders:
+        (tmp_path / folder).mkdir()
+    for name in ("base.yaml", "softmax.yaml"):
+        shutil.copy(REPO / "configs" / "ptb_mini" / name, tmp_path / folders[-1] / name)
+    monkeypatch.chdir(tmp_path)
+    assert train.main([f"{folders[-1]}/softmax.yaml", f"data.data_dir={small_data}", *TINY,
+                       "train.seed=9", "--dry-run"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out.rsplit("\n", 2)[0])["run"]["dir"] == expected
+
+
 @pytest.mark.parametrize("config", ["configs/ptb/softmax.yaml", "configs/ptb/fair_mos_d280.yaml"])
 def test_train_names_its_default_run_directory_by_the_sweeps_rule(config, small_data, capsys):
     """One naming rule: train.py without run.dir uses runs/<run_name> of the config and seed,
