@@ -116,6 +116,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fit nothing: write the table and figures of earlier runs' results.csv "
                         "files (e.g. a grid split over several processes) to --out")
     args = p.parse_args(argv)
+    # A value given twice fits the same cells again (hours at M = 10,000), the table averages the
+    # copies as if they were seeds, and --from-csv refuses the results.csv it leaves.
+    for option in ("--alpha", "--dims", "--words", "--seeds", "--heads"):
+        values = getattr(args, option[2:])
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            shown = f"{repeated:g}" if isinstance(repeated, float) else repeated
+            p.error(f"{option}: {shown} is given twice: each value once")
     if args.from_csv:
         # the grid and fit options would be ignored: the CSVs hold fits already made
         fitting = [a for a in p._actions if a.dest not in ("help", "from_csv", "out", "json")

@@ -358,6 +358,23 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):
     assert not (tmp_path / "x" / "results.csv").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--dims", "8", "16", "8"], "--dims: 8 is given twice: each value once"),
+    (["--alpha", "0.1", "0.10"], "--alpha: 0.1 is given twice: each value once"),
+    (["--heads", "softmax", "lms", "softmax"], "--heads: softmax is given twice: each value once"),
+    (["--words", "50", "50"], "--words: 50 is given twice: each value once"),
+    (["--seeds", "0", "0"], "--seeds: 0 is given twice: each value once"),
+])
+def test_cli_refuses_a_grid_value_given_twice(capsys, args, message):
+    """A repeated value fitted its cells again, the table averaged the copies as if they were seeds,
+    and --from-csv then refused the results.csv it had written."""
+    import synthetic
+    with pytest.raises(SystemExit) as stop:
+        synthetic.parse_args(args)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"synthetic.py: error: {message}"
+
+
 def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, monkeypatch):
     """docs/synthetic.md's commands: one gave --set mos.components with --heads softmax lms, which
     synthetic.py refuses. Each is run up to its first fit (the --from-csv one parses)."""
