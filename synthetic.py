@@ -42,7 +42,7 @@ from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from experiment.cli import ArgumentParser, run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
-from experiment.run_directory import RunDirectoryError, write_text_atomic
+from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
 
 
 # The default grid's heads, in the order of its table columns and figure legends.
@@ -152,6 +152,28 @@ def write_outputs(rows: list[Row], out: Path, print_json: bool) -> int:
     return 0
 
 
+def out_folder_for_join(out: Path, inputs: list[Path]) -> None:
+    """Refuse an --out where --from-csv would replace results it cannot give back: a fitting run's
+    folder (its settings.json would then describe another table) or one of the joined files."""
+    if (out / "settings.json").is_file():
+        raise ValueError(f"--out {out}: holds the results of a fitting run (settings.json), whose "
+                         f"results.csv the join would replace: give the join a folder of its own")
+    target = (out / "results.csv").resolve()
+    if any(path.resolve() == target for path in inputs):
+        raise ValueError(f"--out {out}: its results.csv is one of the --from-csv files, which the join "
+                         f"would replace: give the join a folder of its own")
+
+
+def make_out_folder(out: Path) -> None:
+    """--out, created if need be; a ValueError naming it where it cannot be."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, expected a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--out {out}: cannot create this folder ({error.strerror or error})") from None
+
+
 def rows_from_csv(paths: list[Path]) -> list[Row]:
     """The rows of several results.csv, refused where they cannot be pooled: a cell of the table is
     the mean over seeds of one (alpha, M, D, head) at one N, so a fit seen twice (a file given
@@ -186,11 +208,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_csv:
         try:
+            out_folder_for_join(args.out, args.from_csv)
             rows = rows_from_csv(args.from_csv)
+            make_out_folder(args.out)
         except ValueError as error:
             print(f"synthetic.py: {error}", file=sys.stderr)
             return 2
         return write_outputs(rows, args.out, args.json)
+    out_lock = RunLock(args.out, way_out="wait for it to end, or give this run another --out "
+                                         "(--from-csv joins the results of several)")
     try:
         device = select_device(args.device, "--device")
         fit_settings = FitSettings(lr=args.lr, max_steps=args.max_steps, tol=args.tol,
@@ -204,7 +230,10 @@ def main(argv=None) -> int:
         unused = sorted(set(overrides) - set(args.heads))
         if unused:
             raise ValueError(f"--set names {', '.join(unused)}, which --heads does not run")
-        args.out.mkdir(parents=True, exist_ok=True)
+        make_out_folder(args.out)
+        # One fitting process per --out: two (a grid split over processes, each left at the default
+        # --out) would each replace the other's results.csv with its own at its end.
+        out_lock.acquire()
         settings = {"alpha": args.alpha, "dims": args.dims, "words": args.words,
                     "contexts": args.contexts, "heads": args.heads, "seeds": args.seeds,
                     "head_options": {h: asdict(o) for h, o in options.items()},
@@ -212,9 +241,18 @@ def main(argv=None) -> int:
                     "torch": torch.__version__}
         write_text_atomic(args.out / "settings.json", json.dumps(settings, indent=2) + "\n")
     except (ValueError, ConfigError, RunDirectoryError, OSError) as error:
+        out_lock.release()
         print(f"synthetic.py: {error}", file=sys.stderr)
         return 2
+    try:
+        return fit_grid(args, device, fit_settings, options)
+    finally:
+        out_lock.release()
 
+
+def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSettings,
+             options: dict) -> int:
+    """Every fit of the grid, then the outputs (write_outputs)."""
     rows: list[Row] = []
     cells = len(args.alpha) * len(args.words) * len(args.seeds) * len(args.dims) * len(args.heads)
     bar = tqdm(total=cells, unit="fit", file=sys.stderr, dynamic_ncols=True)

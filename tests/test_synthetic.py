@@ -358,6 +358,59 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):
     assert not (tmp_path / "x" / "results.csv").exists()
 
 
+TINY_GRID = ["--words", "20", "--dims", "2", "--contexts", "20", "--max-steps", "2", "--heads", "softmax",
+             "--no-compile"]
+
+
+def test_cli_one_fitting_process_per_out(tmp_path, capsys):
+    """Two processes on one --out (a grid split over processes, each left at the default --out)
+    each replaced the other's results.csv with its own when it ended."""
+    from experiment.run_directory import RunLock
+    out = tmp_path / "grid"
+    out.mkdir()
+    with RunLock(out):                 # another fit into the same folder
+        done = _synthetic_here(capsys, *TINY_GRID, "--out", str(out))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"synthetic.py: {out} is in use by PID ")
+    assert "give this run another --out" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (out / "results.csv").exists() and not (out / "settings.json").exists()
+    assert _synthetic_here(capsys, *TINY_GRID, "--out", str(out)).returncode == 0    # once it is free
+
+
+def test_cli_from_csv_keeps_the_results_it_would_replace(tmp_path, capsys):
+    """--from-csv into a fitting run's folder (the default --out, say) replaced that run's
+    results.csv, leaving its settings.json to describe another table; into the folder of one of
+    its inputs, it replaced that input."""
+    fitted = tmp_path / "fitted"
+    fitted.mkdir()
+    (fitted / "results.csv").write_text(to_csv(_rows()[:2]))
+    (fitted / "settings.json").write_text("{}\n")
+    other = tmp_path / "other.csv"
+    other.write_text(to_csv(_rows()[2:]))
+    into_fit = _synthetic_here(capsys, "--from-csv", str(other), "--out", str(fitted))
+    assert into_fit.returncode == 2 and into_fit.stderr == (
+        f"synthetic.py: --out {fitted}: holds the results of a fitting run (settings.json), whose "
+        f"results.csv the join would replace: give the join a folder of its own\n")
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    (joined / "results.csv").write_text(to_csv(_rows()[:2]))
+    into_input = _synthetic_here(capsys, "--from-csv", str(joined / "results.csv"), str(other),
+                                 "--out", str(joined))
+    assert into_input.returncode == 2 and into_input.stderr == (
+        f"synthetic.py: --out {joined}: its results.csv is one of the --from-csv files, which the join "
+        f"would replace: give the join a folder of its own\n")
+    assert (fitted / "results.csv").read_text() == (joined / "results.csv").read_text() == to_csv(_rows()[:2])
+
+
+def test_cli_out_that_cannot_be_a_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    for args in (TINY_GRID, ["--from-csv", str(tmp_path / "a.csv")]):
+        (tmp_path / "a.csv").write_text(to_csv(_rows()))
+        done = _synthetic_here(capsys, *args, "--out", str(tmp_path / "a_file"))
+        assert done.returncode == 2
+        assert done.stderr == f"synthetic.py: --out {tmp_path / 'a_file'}: is a file, expected a folder\n"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--dims", "8", "16", "8"], "--dims: 8 is given twice: each value once"),
     (["--alpha", "0.1", "0.10"], "--alpha: 0.1 is given twice: each value once"),
