@@ -278,7 +278,13 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
                         try:
                             result = fit(model, targets, fit_settings, show_step)
                         except FloatingPointError as error:
-                            print(f"synthetic.py: {where}: {error}; try a smaller --lr",
+                            bar.close()
+                            # The fits done so far (hours of them, maybe) are written, not lost.
+                            if rows and write_outputs(rows, args.out, args.json) != 0:
+                                return 2
+                            kept = (f"the {len(rows)} fit(s) before it are in {args.out / 'results.csv'}"
+                                    if rows else "no fit finished before it")
+                            print(f"synthetic.py: {where}: {error}; try a smaller --lr ({kept})",
                                   file=sys.stderr)
                             return 1
                         rows.append(Row(alpha, words, dim, args.contexts, head,

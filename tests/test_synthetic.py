@@ -402,6 +402,28 @@ def test_cli_from_csv_keeps_the_results_it_would_replace(tmp_path, capsys):
     assert (fitted / "results.csv").read_text() == (joined / "results.csv").read_text() == to_csv(_rows()[:2])
 
 
+def test_cli_a_diverging_fit_keeps_the_fits_before_it(tmp_path, capsys, monkeypatch):
+    """A fit whose loss became non-finite ended the grid with nothing written: every fit before it
+    (hours of them at M = 10,000) was lost."""
+    import synthetic
+    real_fit, calls = synthetic.fit, []
+
+    def second_diverges(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("the loss became non-finite at step 2 (lr 0.05)")
+        return real_fit(*args, **kwargs)
+    monkeypatch.setattr(synthetic, "fit", second_diverges)
+    out = tmp_path / "grid"
+    done = _synthetic_here(capsys, *TINY_GRID[:2], "--dims", "2", "3", *TINY_GRID[4:], "--out", str(out))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"synthetic.py: alpha 0.1 M 20 seed 0 D 3 softmax: the loss became non-finite at step 2 "
+        f"(lr 0.05); try a smaller --lr (the 1 fit(s) before it are in {out / 'results.csv'})")
+    assert [(r.dim, r.head) for r in from_csv((out / "results.csv").read_text())] == [(2, "softmax")]
+    assert (out / "results.md").is_file()
+
+
 def test_cli_out_that_cannot_be_a_folder_is_one_line(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     for args in (TINY_GRID, ["--from-csv", str(tmp_path / "a.csv")]):
