@@ -79,6 +79,13 @@ HEAD_DEFAULTS: dict[str, dict] = {
     "gss": {"c": -1.5, "k": 2.5},        # [SB]'s PTB shape; GSS has no default
 }
 
+# Head options that the language model's training reads and `fit` does not: setting one would
+# change nothing (PLIF's `lr`, its slopes' own SGD learning rate: `fit` steps every parameter
+# with one Adam at FitSettings.lr).
+FIT_IGNORES: dict[str, str] = {
+    "lr": "unused here (the head's own lr in language-model training; the fit's one Adam takes --lr)",
+}
+
 # What a `--set` value must be, by the option's type; other types are named as the config names them.
 _EXPECTED = {int: "int", float: "a finite number in float32's range", bool: "bool"}
 
@@ -99,6 +106,8 @@ def head_options(head: str, overrides: dict[str, str] | None = None, compile: bo
         if name not in known:
             raise ValueError(f"{head}.{name}: not an option of this head "
                              f"(options: {', '.join(known) or 'none'})")
+        if name in FIT_IGNORES:
+            raise ValueError(f"{head}.{name}: {FIT_IGNORES[name]}: leave it out")
         _, value = parse_override(f"{name}={text}")
         try:
             values[name] = _coerce(types[name], value)

@@ -128,6 +128,9 @@ def test_head_options_defaults_and_overrides():
     ("mos", {"components": "0"}, "mos.components: expected an integer >= 1, got 0"),
     ("gss", {"k": "nan"}, "gss.k: expected a finite number"),
     ("softmax", {"x": "1"}, "softmax.x: not an option of this head (options: none)"),
+    # PLIF's own lr is its SGD group's in language-model training; fit's one Adam ignored it
+    ("plif", {"lr": "100"}, "plif.lr: unused here (the head's own lr in language-model training; the "
+                            "fit's one Adam takes --lr): leave it out"),
 ])
 def test_head_option_errors_name_the_key(head, overrides, message):
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
