@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from data import DataError
-from experiment.checkpoint import CheckpointError
+from experiment.checkpoint import CheckpointError, existing_checkpoint
 from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
@@ -69,6 +69,21 @@ def check_writable(out: Path) -> None:
         raise ConfigError(f"--out {out}: not writable")
 
 
+# What train.py, evaluate.py and rank.py write into a run directory: its checkpoints, config,
+# metrics and results. An --out among them would replace one with the sample.
+RUN_FILE_SUFFIXES = (".pt", ".yaml", ".jsonl", ".json")
+
+
+def check_not_a_run_file(out: Path, checkpoint: Path) -> None:
+    """Refuse an --out that names an existing file of the run directory sampled from (the
+    checkpoint itself, its config, metrics or results): the text would replace it, and a
+    checkpoint replaced is a training lost."""
+    if out.is_file() and out.resolve().parent == checkpoint.resolve().parent and (
+            out.suffix in RUN_FILE_SUFFIXES or out.resolve() == checkpoint.resolve()):
+        raise ConfigError(f"--out {out}: a file of the run directory {checkpoint.parent}, which "
+                          f"generate.py leaves as it is; give the sample a file name of its own")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -78,6 +93,7 @@ def main(argv=None) -> int:
             raise ConfigError(f"--temperature: expected a number > 0, got {args.temperature}")
         if args.out:
             check_writable(Path(args.out))
+            check_not_a_run_file(Path(args.out), existing_checkpoint(args.path))
         device = select_device(args.device, option="--device")
         run = load_trained(args.path, device, args.data_dir, allow_modified_corpus=args.allow_modified_corpus)
         # The sampler's stream lives on the CPU, so a seed gives the same words on any device

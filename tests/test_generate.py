@@ -79,6 +79,23 @@ def test_an_out_that_cannot_be_written_is_refused_before_sampling(tiny_run, tmp_
         assert capsys.readouterr().err == f"error: {message}\n"
 
 
+def test_an_out_that_would_replace_a_file_of_the_run_is_refused(tiny_run, tmp_path, monkeypatch, capsys):
+    # --out runs/x/best.pt wrote the sample over the checkpoint it came from, exit 0
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    monkeypatch.setattr(generate, "sample", lambda *a: pytest.fail("sampled before --out was checked"))
+    before = snapshot(run)
+    for name in ("best.pt", "last.pt", "config.yaml", "metrics.jsonl"):
+        assert generate.main([str(run), "--words", "3", "--out", str(run / name)]) == 2
+        assert capsys.readouterr().err == (f"error: --out {run / name}: a file of the run directory {run}, "
+                                           f"which generate.py leaves as it is; give the sample a file "
+                                           f"name of its own\n")
+    assert snapshot(run) == before
+    monkeypatch.undo()
+    assert generate.main([str(run), "--words", "3", "--out", str(run / "sample.txt")]) == 0   # a new file
+
+
 BAD_TEMPERATURES = {"0": "0.0", "-1": "-1.0", "nan": "nan", "inf": "inf"}
 BAD_INPUT = [("--words 0", "--words: expected an integer >= 1, got 0"), ("--device tpu", "--device")] + [
     (f"--temperature {given}", f"--temperature: expected a number > 0, got {shown}")
