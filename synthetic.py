@@ -13,7 +13,9 @@ the % of contexts whose mode matches (argmax P* = argmax Q) and the mean KL(P*||
 Heads (bottleneck.problem.SYNTHETIC_HEADS): every head of the registry (model/heads), with the
 options of bottleneck.problem.HEAD_DEFAULTS, and lms (LMS with the monotone network of [LMS]
 eq. 14, K = 10 hidden units). By default: softmax (Linear-Softmax), mos (MoS, K = 4), lms, plif
-(LMS-PLIF), ss, gss.
+(LMS-PLIF), ss, gss. As in [LMS] (eqs. 1, 11, 12), no head has a per-word decoder bias: the
+heads' b (l = E g + b) is held at zero and not trained; --decoder-bias trains it, as the language
+model does (the fits before this option existed had it).
 
 Writes to --out: results.md (one table per alpha and M), results.csv (every fit),
 mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one line per head,
@@ -21,7 +23,8 @@ one panel per M), settings.json (everything this run was given). --json prints t
 last line of stdout. Same seeds, same numbers (on the same device and torch build).
 --from-csv A/results.csv B/results.csv --out C writes one table and one pair of figures for the
 results of several runs (a grid split over processes or machines) without fitting anything: each
-fit once, and one N for each (alpha, M), since a cell is the mean over seeds of one setting.
+fit once, and one N for each (alpha, M), and all with or all without --decoder-bias, since a
+cell is the mean over seeds of one setting.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 import torch
 from tqdm import tqdm
@@ -93,6 +97,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
                    metavar="HEAD.OPTION=VALUE",
                    help="a head option, e.g. mos.components=8, lms.units=20, plif.knots=1000")
+    p.add_argument("--decoder-bias", action="store_true",
+                   help="train a decoder bias b in every head (l = E g + b, as in the language "
+                        "model; the logits' rank can then reach D + 1); default: [LMS]'s l = E g")
     p.add_argument("--no-compile", action="store_true",
                    help="eager kernels only (torch.compile is otherwise tried, with eager fallback)")
     defaults = FitSettings()
@@ -177,10 +184,13 @@ def make_out_folder(out: Path) -> None:
 def rows_from_csv(paths: list[Path]) -> list[Row]:
     """The rows of several results.csv, refused where they cannot be pooled: a cell of the table is
     the mean over seeds of one (alpha, M, D, head) at one N, so a fit seen twice (a file given
-    twice, or grids that overlap) or an (alpha, M) fitted at two N is a ValueError naming both files."""
+    twice, or grids that overlap) or an (alpha, M) fitted at two N is a ValueError naming both files.
+    So are fits with and without --decoder-bias: the heads differ (rank up to D + 1 against D), and
+    the table and figures would set them side by side as one model."""
     rows: list[Row] = []
     fit_source: dict[tuple, Path] = {}
     n_source: dict[tuple, tuple[int, Path]] = {}
+    bias_source: Optional[tuple[bool, Path]] = None
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
@@ -197,6 +207,13 @@ def rows_from_csv(paths: list[Path]) -> list[Row]:
                 raise ValueError(f"{path}: alpha {row.alpha:g}, M {row.words} was fitted at N = {row.contexts:,} "
                                  f"here and N = {contexts:,} in {first}: a table pools the fits of one N "
                                  f"(join the CSVs of each N apart)")
+            bias_source = bias_source or (row.decoder_bias, path)
+            if row.decoder_bias != bias_source[0]:
+                said = {True: "with --decoder-bias", False: "without --decoder-bias"}
+                raise ValueError(f"{path}: alpha {row.alpha:g}, M {row.words}, D {row.dim}, {row.head}, "
+                                 f"seed {row.seed} was fitted {said[row.decoder_bias]} and the fits of "
+                                 f"{bias_source[1]} {said[bias_source[0]]}: a table pools fits of one "
+                                 f"kind (join the CSVs of each apart)")
             fit_source[fit] = path
             rows.append(row)
     if not rows:
@@ -236,6 +253,7 @@ def main(argv=None) -> int:
         out_lock.acquire()
         settings = {"alpha": args.alpha, "dims": args.dims, "words": args.words,
                     "contexts": args.contexts, "heads": args.heads, "seeds": args.seeds,
+                    "decoder_bias": args.decoder_bias,
                     "head_options": {h: asdict(o) for h, o in options.items()},
                     "fit": asdict(fit_settings), "device": str(device),
                     "torch": torch.__version__}
@@ -274,7 +292,8 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
                         bar.set_description(where)
                         torch.manual_seed(seed)
                         model = SyntheticModel(SYNTHETIC_HEADS[head], options[head],
-                                               args.contexts, words, dim).to(device)
+                                               args.contexts, words, dim,
+                                               decoder_bias=args.decoder_bias).to(device)
                         try:
                             result = fit(model, targets, fit_settings, show_step)
                         except FloatingPointError as error:
@@ -291,7 +310,7 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
                                         SYNTHETIC_HEADS[head].label, seed,
                                         round(result.mode_match, 4), round(result.kl, 6),
                                         result.steps, result.converged,
-                                        round(result.seconds, 2)))
+                                        round(result.seconds, 2), args.decoder_bias))
                         bar.update()
                         del model
                 del targets

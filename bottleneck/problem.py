@@ -3,9 +3,13 @@
 The output layer alone, without an LSTM ([LMS] section 5.1): N true distributions
 P*(.|c_j) ~ Dirichlet(alpha) over M words; a word embedding matrix E (M x D) shared by all
 contexts and one free context vector g_j (D) per distribution; Q(.|c_j) = head(g_j) with E as
-the head's tied decoder (the repository's head modules, unchanged, and the decoder bias b they
-all have). All parameters minimise the mean cross-entropy -sum_i P*_ij log Q_ij over the N
-contexts, which differs from the mean KL(P*||Q) by the fixed entropy of P*.
+the head's tied decoder (the repository's head modules, unchanged). [LMS]'s models have no
+per-word bias (eq. 1: exp(h_j^T w_i) / sum_s exp(h_j^T w_s); eq. 11 and eq. 12 likewise), so by
+default the decoder's bias b (l = E g + b, a Parameter in every head) is held at zero and not
+trained; `decoder_bias=True` keeps it trainable, as the language model has it (the logits
+E g + b then have rank up to D + 1). All parameters minimise the mean cross-entropy
+-sum_i P*_ij log Q_ij over the N contexts, which differs from the mean KL(P*||Q) by the fixed
+entropy of P*.
 """
 from __future__ import annotations
 
@@ -121,10 +125,16 @@ def head_options(head: str, overrides: dict[str, str] | None = None, compile: bo
 
 
 class SyntheticModel(nn.Module):
-    """E (M x D), g (N x D) and a head: Q(.|c_j) = head(g_j) with E as the tied decoder."""
+    """E (M x D), g (N x D) and a head: Q(.|c_j) = head(g_j) with E as the tied decoder.
+
+    Without `decoder_bias` ([LMS]'s models) the head's decoder bias b is a zero buffer rather
+    than a Parameter: the head's code still adds it (zeros, so the logits are exactly E g), but
+    it is not among parameters(), so the optimizer neither sees nor moves it. b starts at zero
+    and draws no random numbers either way, so every other parameter starts the same with and
+    without it."""
 
     def __init__(self, head_class: type[OutputHead], head_options, contexts: int, words: int,
-                 dim: int):
+                 dim: int, decoder_bias: bool = False):
         super().__init__()
         # N(0, 1/D) entries: initial logits of order 1 whatever D is. Drawn from torch's global
         # generator, as the heads draw theirs (seed it first: torch.manual_seed).
@@ -132,6 +142,11 @@ class SyntheticModel(nn.Module):
         self.word_embeddings = nn.Parameter(torch.randn(words, dim) * scale)
         self.context_vectors = nn.Parameter(torch.randn(contexts, dim) * scale)
         self.head = head_class(head_options, words, dim, dim, self.word_embeddings)
+        if not decoder_bias:
+            decoder = self.head.decoder
+            zeros = torch.zeros_like(decoder.bias, requires_grad=False)
+            del decoder.bias                       # the Parameter, out of parameters()
+            decoder.register_buffer("bias", zeros)  # what the heads' code reads as b
 
     def log_probs(self, rows: slice) -> torch.Tensor:
         """log Q for the contexts in `rows`, (rows, M). The heads take (T, B, D); T = 1 here."""

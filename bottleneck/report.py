@@ -29,6 +29,16 @@ class Row:
     steps: int
     converged: bool
     seconds: float
+    decoder_bias: bool  # fitted with a trained decoder bias b (synthetic.py --decoder-bias)
+
+
+# results.csv files written before the decoder_bias column existed: every fit then had a trained
+# decoder bias (the heads' TiedDecoder b, which the fit did not hold at zero), so they read as it.
+COLUMN_DEFAULTS = {"decoder_bias": "True"}
+
+
+# How a table of fits with a trained decoder bias (l = E g + b, not [LMS]'s l = E g) is headed.
+BIAS_NOTE = "with a trained decoder bias b (--decoder-bias)"
 
 
 def to_csv(rows: list[Row]) -> str:
@@ -45,14 +55,15 @@ def from_csv(text: str, source: str = "results.csv") -> list[Row]:
     column or a value of the wrong type is a ValueError naming `source`, the line and the column."""
     rows = []
     reader = csv.DictReader(io.StringIO(text))
-    missing = [f.name for f in fields(Row) if f.name not in (reader.fieldnames or [])]
+    missing = [f.name for f in fields(Row)
+               if f.name not in (reader.fieldnames or []) and f.name not in COLUMN_DEFAULTS]
     if missing:
         raise ValueError(f"{source}: missing column(s) {', '.join(missing)} "
                          f"(expected the header that synthetic.py writes)")
     for line, record in enumerate(reader, start=2):
         values = {}
         for f in fields(Row):
-            text_value = record[f.name]
+            text_value = record.get(f.name, COLUMN_DEFAULTS.get(f.name))
             try:
                 if f.type == "bool":
                     if text_value not in ("True", "False"):
@@ -78,7 +89,8 @@ def _grouped(rows: list[Row]):
 def to_markdown(rows: list[Row]) -> str:
     """One table per (alpha, M): a line per D, a column pair (mode match, KL) per head.
     The best value of each metric on a line is in bold; `*` marks a mean over fits of which
-    at least one stopped at the step limit rather than by the convergence rule."""
+    at least one stopped at the step limit rather than by the convergence rule. A table of fits
+    with a trained decoder bias says so in its heading."""
     groups = _grouped(rows)
     heads = list(dict.fromkeys(row.head for row in rows))
     labels = {row.head: row.label for row in rows}
@@ -86,8 +98,10 @@ def to_markdown(rows: list[Row]) -> str:
     for alpha, words in dict.fromkeys((r.alpha, r.words) for r in rows):
         seeds = sorted({r.seed for r in rows if r.alpha == alpha and r.words == words})
         contexts = sorted({r.contexts for r in rows if r.alpha == alpha and r.words == words})
+        biased = any(r.decoder_bias for r in rows if r.alpha == alpha and r.words == words)
         lines += [f"### alpha = {alpha:g}, M = {words:,}, N = "
-                  f"{', '.join(f'{n:,}' for n in contexts)}, seeds {', '.join(map(str, seeds))}",
+                  f"{', '.join(f'{n:,}' for n in contexts)}, seeds {', '.join(map(str, seeds))}"
+                  + (f", {BIAS_NOTE}" if biased else ""),
                   "",
                   "| D | " + " | ".join(f"{labels[h]} mode % | {labels[h]} KL" for h in heads) + " |",
                   "|---:|" + "---:|---:|" * len(heads)]
@@ -138,7 +152,8 @@ def write_figures(rows: list[Row], out: Path) -> list[Path]:
                     ax.plot(dims, values, marker="o", label=labels[head])
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("D (embedding size)")
-                ax.set_title(f"M = {words:,}, alpha = {alpha:g}")
+                biased = any(r.decoder_bias for r in rows if (r.alpha, r.words) == (alpha, words))
+                ax.set_title(f"M = {words:,}, alpha = {alpha:g}" + (", with bias b" if biased else ""))
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(title)
             axes[0][-1].legend(fontsize=8)

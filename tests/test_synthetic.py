@@ -203,13 +203,76 @@ def test_low_d_large_m_softmax_is_worse_than_lms_and_plif(seed):
     assert kl["softmax"] > kl["plif"] + 0.05, kl
 
 
+# --- the decoder bias: none by default ([LMS] eqs. 1, 11, 12), trained with --decoder-bias --------
+
+def _model(head, targets, dim, decoder_bias, seed=0):
+    torch.manual_seed(seed)
+    return SyntheticModel(SYNTHETIC_HEADS[head], head_options(head, compile=False), targets.shape[0],
+                          targets.shape[1], dim, decoder_bias=decoder_bias)
+
+
+@pytest.mark.parametrize("head", list(SYNTHETIC_HEADS))
+def test_without_decoder_bias_no_head_has_one_to_train(head, monkeypatch):
+    """The heads' TiedDecoder has a trainable b (l = W g + b), which the fit trained: every head of
+    the synthetic experiment had a per-word bias that [LMS]'s models do not have."""
+    optimized = []
+    real_adam = torch.optim.Adam
+
+    def recording_adam(params, **kwargs):
+        params = list(params)
+        optimized.append(params)
+        return real_adam(params, **kwargs)
+    monkeypatch.setattr(torch.optim, "Adam", recording_adam)
+    targets = sample_targets(20, 10, 0.1, seed=0)
+    for decoder_bias in (False, True):
+        model = _model(head, targets, 3, decoder_bias)
+        fit(model, targets, FitSettings(max_steps=5, tol=0.0))
+        names = [name for name, _ in model.named_parameters()]
+        bias = model.head.decoder.bias
+        # the optimizer gets exactly the model's parameters, the bias among them only when asked
+        assert [id(p) for p in optimized[-1]] == [id(p) for p in model.parameters()]
+        assert ("head.decoder.bias" in names) == decoder_bias
+        assert any(p is bias for p in optimized[-1]) == decoder_bias
+        assert torch.equal(bias, torch.zeros(10)) != decoder_bias      # held at 0, or it trained
+
+
+@pytest.mark.parametrize("head", list(SYNTHETIC_HEADS))
+def test_the_decoder_bias_changes_no_other_parameter_s_start(head):
+    """b starts at 0 and draws no random numbers: with and without it, every other parameter starts
+    the same (same seed), so the two fits differ by b alone."""
+    targets = sample_targets(20, 10, 0.1, seed=0)
+    with_bias = _model(head, targets, 3, True).state_dict()
+    without = _model(head, targets, 3, False).state_dict()
+    assert with_bias.keys() == without.keys()
+    assert all(torch.equal(with_bias[k], without[k]) for k in with_bias)   # b: zeros in both
+
+
+def test_linear_softmax_log_p_rank_is_d_plus_one_without_bias_d_plus_two_with_it():
+    """[LMS] eq. 10: Linear-Softmax's log-P matrix log Q = H W^T - log Z 1^T has rank at most
+    D + 1 (the normaliser adds one), and its rows centred (the logits up to each context's
+    constant), at most D. A trained b adds one to both. Float64, so that the ranks are clear."""
+    targets = sample_targets(30, 12, 0.5, seed=0).double()
+    dim = 3
+    ranks = {}
+    for decoder_bias in (False, True):
+        model = _model("softmax", targets, dim, decoder_bias).double()
+        fit(model, targets, FitSettings(max_steps=60, tol=0.0))
+        with torch.no_grad():
+            log_q = model.log_probs(slice(0, 30))
+        assert log_q.dtype == torch.float64
+        centred = log_q - log_q.mean(1, keepdim=True)
+        ranks[decoder_bias] = (int(torch.linalg.matrix_rank(log_q)),
+                               int(torch.linalg.matrix_rank(centred)))
+    assert ranks == {False: (dim + 1, dim), True: (dim + 2, dim + 1)}
+
+
 # --- outputs ---------------------------------------------------------------------------------------
 
 def _rows():
     rows = []
     for dim, (sm, lms) in {4: ((10.0, 1.5), (30.0, 1.2)), 8: ((20.0, 1.0), (15.0, 0.9))}.items():
-        rows.append(Row(0.1, 50, dim, 40, "softmax", "Softmax", 0, sm[0], sm[1], 20, True, 0.1))
-        rows.append(Row(0.1, 50, dim, 40, "lms", "LMS", 0, lms[0], lms[1], 30, dim == 4, 0.2))
+        rows.append(Row(0.1, 50, dim, 40, "softmax", "Softmax", 0, sm[0], sm[1], 20, True, 0.1, False))
+        rows.append(Row(0.1, 50, dim, 40, "lms", "LMS", 0, lms[0], lms[1], 30, dim == 4, 0.2, False))
     return rows
 
 
@@ -243,6 +306,25 @@ def test_bad_csv_is_one_line_naming_file_line_and_column(text, message):
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
+def test_old_csv_without_the_decoder_bias_column_reads_as_fitted_with_it():
+    """results.csv files from before --decoder-bias: every one of those fits trained b."""
+    old = "\n".join(line.rsplit(",", 1)[0] for line in to_csv(_rows()).splitlines()) + "\n"
+    assert "decoder_bias" not in old
+    assert from_csv(old) == [dataclasses.replace(r, decoder_bias=True) for r in _rows()]
+
+
+def test_markdown_and_figures_name_a_trained_decoder_bias(tmp_path, monkeypatch):
+    import bottleneck.report as report
+    biased = [dataclasses.replace(r, decoder_bias=True) for r in _rows()]
+    assert "### alpha = 0.1, M = 50, N = 40, seeds 0, with a trained decoder bias b (--decoder-bias)" \
+        in to_markdown(biased)
+    assert "decoder bias" not in to_markdown(_rows())
+    figures = []
+    monkeypatch.setattr(report, "save", lambda fig, path: figures.append(fig))
+    write_figures(biased, tmp_path)
+    assert all(fig.axes[0].get_title() == "M = 50, alpha = 0.1, with bias b" for fig in figures)
+
+
 def test_figures_one_per_metric_and_alpha(tmp_path):
     paths = write_figures(_rows(), tmp_path)
     assert sorted(p.name for p in paths) == ["kl_alpha0.1.png", "mode_match_alpha0.1.png"]
@@ -253,7 +335,7 @@ def test_figure_panels_share_the_d_axis_when_one_m_was_only_partly_run(tmp_path,
     import bottleneck.report as report
     figures = []
     monkeypatch.setattr(report, "save", lambda fig, path: figures.append(fig))
-    partial = [Row(0.1, 500, 4, 40, "softmax", "Softmax", 0, 5.0, 1.7, 20, True, 0.1)]
+    partial = [Row(0.1, 500, 4, 40, "softmax", "Softmax", 0, 5.0, 1.7, 20, True, 0.1, False)]
     write_figures(_rows() + partial, tmp_path)     # M = 50 has D 4 and 8, M = 500 only D 4
     assert len(figures) == 2
     for fig in figures:
@@ -336,12 +418,48 @@ def test_cli_from_csv_refuses_fits_it_cannot_pool_and_options_it_would_ignore(tm
     assert two_n.returncode == 2 and two_n.stderr == (
         f"synthetic.py: {tmp_path / 'n80.csv'}: alpha 0.1, M 50 was fitted at N = 80 here and N = 40 in "
         f"{tmp_path / 'a.csv'}: a table pools the fits of one N (join the CSVs of each N apart)\n")
-    for option in (["--dims", "8"], ["--heads", "softmax"], ["--no-compile"], ["--set", "mos.components=2"]):
+    for option in (["--dims", "8"], ["--heads", "softmax"], ["--no-compile"], ["--set", "mos.components=2"],
+                   ["--decoder-bias"]):
         ignored = _synthetic_here(capsys, "--from-csv", str(tmp_path / "a.csv"), *option, "--out", out)
         assert ignored.returncode == 2 and ignored.stderr == (
             f"synthetic.py: error: {option[0]} is an option of fitting; --from-csv fits nothing (it tables "
             f"the fits in the CSVs as they are): leave it out\n")
     assert not (tmp_path / "joined").exists()
+
+
+def test_cli_records_the_decoder_bias_in_settings_and_results(tmp_path, capsys):
+    """settings.json and results.csv said nothing of b: a fit with it and one without could not be
+    told apart, nor kept apart by --from-csv."""
+    for extra, decoder_bias in (([], False), (["--decoder-bias"], True)):
+        out = tmp_path / f"bias_{decoder_bias}"
+        done = _synthetic_here(capsys, *TINY_GRID, *extra, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        assert json.loads((out / "settings.json").read_text())["decoder_bias"] is decoder_bias
+        records = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
+        assert records and all(r["decoder_bias"] == str(decoder_bias) for r in records)
+        assert [r.decoder_bias for r in from_csv((out / "results.csv").read_text())] == [decoder_bias]
+
+
+def test_cli_from_csv_refuses_fits_with_and_without_the_decoder_bias(tmp_path, capsys):
+    """Heads with b (logits of rank up to D + 1) and without (D) set side by side in one table as
+    one model; an old results.csv (no decoder_bias column) counts as with b."""
+    without = tmp_path / "without.csv"
+    without.write_text(to_csv(_rows()[:2]))
+    with_bias = tmp_path / "with.csv"
+    with_bias.write_text(to_csv([dataclasses.replace(r, decoder_bias=True) for r in _rows()[2:]]))
+    old, old_first = tmp_path / "old.csv", tmp_path / "old_first.csv"
+    for path, rows in ((old, _rows()[2:]), (old_first, _rows()[:2])):
+        path.write_text("\n".join(line.rsplit(",", 1)[0] for line in to_csv(rows).splitlines()) + "\n")
+    out = tmp_path / "joined"
+    for second in (with_bias, old):
+        mixed = _synthetic_here(capsys, "--from-csv", str(without), str(second), "--out", str(out))
+        assert mixed.returncode == 2 and mixed.stderr == (
+            f"synthetic.py: {second}: alpha 0.1, M 50, D 8, softmax, seed 0 was fitted with "
+            f"--decoder-bias and the fits of {without} without --decoder-bias: a table pools fits of "
+            f"one kind (join the CSVs of each apart)\n")
+    assert not out.exists()
+    alike = _synthetic_here(capsys, "--from-csv", str(old_first), str(with_bias), "--out", str(out))
+    assert alike.returncode == 0, alike.stderr
 
 
 @pytest.mark.parametrize("args, message", [
