@@ -97,9 +97,11 @@ def keep_training_without_a_reader() -> None:
             setattr(sys, name, _ReaderMayLeave(stream))
 
 
-class Terminated(Exception):
+class Terminated(BaseException):
     """SIGTERM (a scheduler's stop, `kill`), raised in the main thread as Ctrl-C raises
-    KeyboardInterrupt, so that it ends the script the same way."""
+    KeyboardInterrupt, so that it ends the script the same way. A BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` on its way up (a compiled kernel's
+    fallback to eager, say) takes the stop for an error and carries on."""
 
 
 def _terminated(signum, frame) -> NoReturn:

@@ -463,6 +463,26 @@ def test_failed_compile_warns_once_and_falls_back_to_eager(monkeypatch):
         torch.testing.assert_close(FusedKernel(torch.neg)(x, compiled=True), -x)
 
 
+def test_a_stop_inside_a_compiled_kernel_stops_and_is_no_compile_failure(monkeypatch):
+    """SIGTERM raises Terminated (experiment.cli) wherever the script is; inside a compiled kernel
+    the eager fallback's `except Exception` took it for a failed compile, warned, and the script
+    went on eagerly (a second SIGTERM was needed). Ctrl-C's KeyboardInterrupt likewise."""
+    from experiment.cli import Terminated
+
+    for stop in (Terminated, KeyboardInterrupt):
+        def stopped_inside(*args):
+            raise stop
+
+        kernel = FusedKernel(lambda x: x * 2)
+        monkeypatch.setattr(FusedKernel, "_compile_failed", False)
+        monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: stopped_inside)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")          # no "torch.compile failed" warning
+            with pytest.raises(stop):
+                kernel(torch.randn(4), compiled=True)
+        assert not FusedKernel._compile_failed
+
+
 # --- MoS and MoC ----------------------------------------------------------------------------
 
 def mixture_reference(head, g: torch.Tensor):
