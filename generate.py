@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         if args.words < 1:
             raise ConfigError(f"--words: expected an integer >= 1, got {args.words}")
         if not (0 < args.temperature < float("inf")):
-            raise ConfigError(f"--temperature: expected a number > 0, got {args.temperature}")
+            raise ConfigError(f"--temperature: expected a finite number > 0, got {args.temperature}")
         if args.out:
             check_writable(Path(args.out))
             check_not_a_run_file(Path(args.out), existing_checkpoint(args.path))

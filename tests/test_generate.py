@@ -98,7 +98,7 @@ def test_an_out_that_would_replace_a_file_of_the_run_is_refused(tiny_run, tmp_pa
 
 BAD_TEMPERATURES = {"0": "0.0", "-1": "-1.0", "nan": "nan", "inf": "inf"}
 BAD_INPUT = [("--words 0", "--words: expected an integer >= 1, got 0"), ("--device tpu", "--device")] + [
-    (f"--temperature {given}", f"--temperature: expected a number > 0, got {shown}")
+    (f"--temperature {given}", f"--temperature: expected a finite number > 0, got {shown}")
     for given, shown in BAD_TEMPERATURES.items()]
 
 
