@@ -184,19 +184,20 @@ class TrainedModel:
         """Which weights the model holds (checkpoint_weights), read once: a checkpoint of a run's
         starting weights reads the checkpoint they came from."""
         if self._weights is None:
-            self._weights = checkpoint_weights(self.checkpoint)
+            self._weights = checkpoint_weights(self.checkpoint, self.path)
         return self._weights
 
     _weights: dict | None = field(default=None, repr=False)
 
 
-def checkpoint_weights(ckpt: dict) -> dict:
+def checkpoint_weights(ckpt: dict, path: Path | None = None) -> dict:
     """Which weights a checkpoint holds: from best.pt those validated after its epoch (the ASGD
     averages once averaging runs); from last.pt the model's own weights where training stands,
     after its last complete epoch or within the epoch in progress (the averages are in its
     optimizer state); before the first step of a run from train.init_from (a finetuning's
-    best.pt until an epoch beats them), the weights of that checkpoint (starting_weights).
-    JSON-ready, for the results evaluate.py and rank.py write."""
+    best.pt until an epoch beats them), the weights of that checkpoint (starting_weights), looked
+    for from `path`, the checkpoint's file, where it is relative. JSON-ready, for the results
+    evaluate.py and rank.py write."""
     if ckpt.get("kind") == "last":
         p = TrainingProgress.from_dict(ckpt["progress"])
         complete = p.position == 0           # at an epoch boundary: `epoch` is the next one
@@ -207,8 +208,23 @@ def checkpoint_weights(ckpt: dict) -> dict:
                 "weights": "averaged" if ckpt["averaged"] else "raw", "asgd": ckpt["averaged"]}
     init_from = ckpt["config"]["train"].get("init_from")
     if held["step"] == 0 and init_from:
-        return {**held, **starting_weights(init_from, ckpt["model"])}
+        return {**held, **starting_weights(located_init_from(init_from, path), ckpt["model"])}
     return held
+
+
+def located_init_from(init_from: str, checkpoint_path: Path | None) -> str:
+    """A run's train.init_from as this process can read it. A relative one is relative to the
+    folder training started in (sweep.py's plans name a finetuning's start so, from the folder
+    that holds the plan's), which a later evaluate.py may not share: where it is not found from
+    here, the first folder above the run's checkpoint that holds it (its weights are compared
+    before they are told)."""
+    given = Path(init_from)
+    if given.is_absolute() or given.exists() or checkpoint_path is None:
+        return init_from
+    for folder in Path(checkpoint_path).resolve().parents:
+        if (folder / given).is_file():
+            return str(folder / given)
+    return init_from
 
 
 def starting_weights(init_from: str, model_state: dict) -> dict:
@@ -225,7 +241,7 @@ def starting_weights(init_from: str, model_state: dict) -> dict:
     if source["model"].keys() != model_state.keys() or not all(
             torch.equal(source["model"][name], tensor) for name, tensor in model_state.items()):
         return unknown_starting_weights(init_from, "it now holds other weights")
-    record = checkpoint_weights(source)
+    record = checkpoint_weights(source, Path(init_from))
     return {"weights": record["weights"], "asgd": record["asgd"],
             "starting_weights": {"checkpoint": str(init_from), **record}}
 

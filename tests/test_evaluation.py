@@ -19,7 +19,7 @@ from evaluation.loop import evaluate_nll, iterate_chunks, perplexity
 from model import build_model
 from model.heads import HEADS
 
-from conftest import TINY, head_overrides
+from conftest import REPO_ROOT, TINY, head_overrides
 from experiment.loading import checkpoint_weights
 
 VOCAB = 50
@@ -161,3 +161,24 @@ def test_a_finetunings_starting_weights_are_labelled_as_what_they_are(small_data
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (result["weights"], result["asgd"]) == ("unknown", None)
     assert result["starting_weights"]["unknown"].startswith("it cannot be read now (")
+
+
+def test_a_relative_init_from_is_found_from_another_folder(small_data, tmp_path, capsys, monkeypatch):
+    """A finetuning started as `train.py --finetune run` names its start `run/best.pt`, relative
+    to the folder it trained in (sweep.py's plans do so too): evaluate.py run from elsewhere
+    finds it above the run directory, where it labelled the weights unknown ("cannot be read")."""
+    monkeypatch.chdir(tmp_path)
+    assert train.main([str(REPO_ROOT / "configs/ptb/softmax.yaml"),
+                       f"data.data_dir={small_data}", *TINY, "train.asgd_trigger=start",
+                       "train.epochs=1", "run.dir=run"]) == 0
+    assert train.main(["--finetune", "run", "run.max_steps=1"]) == 0
+    finetuning = torch.load(tmp_path / "run" / "finetune" / "best.pt", weights_only=True)
+    assert finetuning["config"]["train"]["init_from"] == "run/best.pt"
+    parent_weights = checkpoint_weights(torch.load(tmp_path / "run" / "best.pt", weights_only=True))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert evaluate.main([str(tmp_path / "run" / "finetune"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["weights"], result["asgd"]) == ("averaged", True)
+    assert result["starting_weights"] == {"checkpoint": str(tmp_path / "run" / "best.pt"), **parent_weights}
