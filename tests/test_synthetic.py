@@ -596,3 +596,22 @@ def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, mon
             continue
         with pytest.raises(Fitting):
             synthetic.main([*argv, "--out", str(tmp_path / "out")])
+
+
+def test_the_guides_default_table_is_the_committed_joined_runs():
+    """docs/synthetic.md's table of the default (no decoder bias) at M = 1,000 is the committed
+    joined/results.md's, and joined/results.csv holds exactly the rows of the processes' raw
+    results.csv beside it: every figure of that table from a committed raw file."""
+    folder = REPO_ROOT / "results" / "cpu_synthetic" / "m1000_no_bias"
+    raw_rows = set()
+    for raw in sorted(folder.glob("*/results.csv")):
+        if raw.parent.name != "joined":
+            raw_rows |= set(raw.read_text().splitlines()[1:])
+    joined = folder / "joined"
+    assert set((joined / "results.csv").read_text().splitlines()[1:]) == raw_rows
+    table = [line for line in (joined / "results.md").read_text().splitlines() if line.startswith("| ")]
+    guide = (REPO_ROOT / "docs" / "synthetic.md").read_text()
+    section = guide.split("## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, the default (no decoder bias)\n")[1]
+    section = section.split("\n## ")[0]
+    assert [line for line in section.splitlines() if line.startswith("| ")] == table
+    assert {row.split(",")[2] for row in raw_rows} == {"8", "16", "32", "64", "128"}
