@@ -43,6 +43,23 @@ def seed_argument(text: str) -> int:
     return value
 
 
+# SIGHUP and SIGINT as the process found them, before a handler of ours replaced them: `nohup`
+# starts a command with SIGHUP ignored, and a non-interactive shell its background jobs (`cmd &`)
+# with SIGINT ignored. (SIGTERM ignored is no one's request, more likely inherited by accident:
+# it stays the scheduler's stop, which saves last.pt.)
+_IGNORED_AT_START = frozenset(signum for signum in (signal.SIGHUP, signal.SIGINT)
+                              if signal.getsignal(signum) == signal.SIG_IGN)
+
+
+def handle_stop_signal(signum: int, handler):
+    """signal.signal(signum, handler), unless the process was started with `signum` ignored
+    (_IGNORED_AT_START): whoever started it asked that a closed terminal or a Ctrl-C meant for
+    someone else leave it alone, as Python's own KeyboardInterrupt does. The previous handler."""
+    if signum in _IGNORED_AT_START:
+        return signal.SIG_IGN
+    return signal.signal(signum, handler)
+
+
 def leave_a_closed_terminal() -> None:
     """On SIGHUP: stdout and stderr that can no longer be written go to /dev/null from now on. A
     closed terminal sends SIGHUP and then refuses every write (EIO), which would turn a clean stop

@@ -33,7 +33,7 @@ from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
 from .checkpoint import CheckpointError, saved_processes
-from .cli import ArgumentParser, leave_a_closed_terminal
+from .cli import ArgumentParser, handle_stop_signal, leave_a_closed_terminal
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
@@ -426,7 +426,8 @@ class StopSignals:
     torchrun); nor does a second Ctrl-C kill a torchrun process, which torchrun's passing on may
     have caused. The hard stop is the SIGKILL a scheduler sends after its grace period (torchrun's
     after its --shutdown_timeout). Once a signal has stopped training, SIGTERM and SIGHUP are
-    ignored until the process exits.
+    ignored until the process exits. SIGHUP under `nohup` and SIGINT in a shell script's
+    background job were ignored when the process started, and stay so (handle_stop_signal).
 
         with StopSignals(world) as signals:
             ... signals.received: the signal that came (None: none yet) ...
@@ -442,7 +443,7 @@ class StopSignals:
                 signal.signal(signum, signal.SIG_DFL)
             if signum == signal.SIGHUP:
                 leave_a_closed_terminal()
-        self.previous_handlers = {signum: signal.signal(signum, handler)
+        self.previous_handlers = {signum: handle_stop_signal(signum, handler)
                                   for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self
 

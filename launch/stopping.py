@@ -24,7 +24,7 @@ import signal
 import subprocess
 import threading
 
-from experiment.cli import leave_a_closed_terminal
+from experiment.cli import handle_stop_signal, leave_a_closed_terminal
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -109,7 +109,8 @@ def check() -> None:
 
 class PassingOnStopSignals:
     """While it is entered, SIGTERM, SIGINT and SIGHUP are passed on to the commands started
-    with `start`; on leaving, SweepStopped if one came (and nothing else went wrong)."""
+    with `start`; on leaving, SweepStopped if one came (and nothing else went wrong). One that
+    sweep.py was started with ignored (SIGHUP under `nohup`) stays ignored (handle_stop_signal)."""
 
     def __enter__(self) -> "PassingOnStopSignals":
         global _commands
@@ -117,7 +118,7 @@ class PassingOnStopSignals:
         self.commands = _commands
         self.thread = threading.Thread(target=self.commands.pass_on, daemon=True)
         self.thread.start()
-        self.previous = {signum: signal.signal(signum, self.commands.receive) for signum in STOP_SIGNALS}
+        self.previous = {signum: handle_stop_signal(signum, self.commands.receive) for signum in STOP_SIGNALS}
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:

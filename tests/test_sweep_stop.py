@@ -177,6 +177,21 @@ def test_each_stop_signal_is_passed_on_once_and_no_command_starts_after_it(signu
     assert not (tmp_path / "started").exists()
 
 
+def test_sighup_under_nohup_does_not_stop_the_sweep(tmp_path):
+    """`nohup sweep.py ... &`, its terminal then closed: sweep.py, started with SIGHUP ignored,
+    keeps it ignored, neither stopping nor passing it on (its handler used to replace SIG_IGN)."""
+    sweep = ("import os, signal, sys, time\n"
+             "from launch.runs import run_command\n"
+             "from launch.stopping import PassingOnStopSignals\n"
+             "with PassingOnStopSignals():\n"
+             "    os.kill(os.getpid(), signal.SIGHUP)\n"
+             "    time.sleep(0.2)\n"
+             "    sys.exit(run_command([sys.executable, '-c', 'pass']))\n")
+    result = subprocess.run([sys.executable, "-c", sweep], cwd=REPO, capture_output=True, text=True,
+                            timeout=120, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert result.returncode == 0, result.stderr
+
+
 # ---------------------------------------------------------------------- each mode, for real
 
 def test_one_after_another(overrides, tmp_path, start_sweep):

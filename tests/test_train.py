@@ -457,6 +457,26 @@ def test_sighup_stops_as_sigterm_does_and_a_repeat_is_the_same_request(signum, p
                            f"with python train.py --resume {run_dir}")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_ignored_when_train_py_started_stays_ignored(signum, ptb_slice, tmp_path):
+    """`nohup train.py ... &` starts it with SIGHUP ignored, a shell script's `train.py ... &`
+    with SIGINT ignored: a closed terminal, or a Ctrl-C meant for the script, must not stop
+    a run its user asked to be left alone (train.py's handler used to replace SIG_IGN)."""
+    from tests.conftest import TINY
+    run_dir = tmp_path / "left-alone"
+    proc = subprocess.Popen([sys.executable, "train.py", PTB, f"data.data_dir={ptb_slice}", *TINY,
+                             *RESUME_ARGS, "run.log_interval=1", f"run.dir={run_dir}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN))
+    while not proc.stdout.readline().startswith("epoch   1 |"):      # training is under way
+        assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert out.strip().splitlines()[-1].startswith("done: ")
+    assert len(metrics(run_dir)) == 2             # both epochs trained
+
+
 def test_sighup_from_a_terminal_that_closed_still_saves_and_exits_129(ptb_slice, tmp_path):
     """A closed terminal sends SIGHUP and refuses every later write (EIO): train.py, printing its
     progress bar there, still stops after the step with last.pt saved and exits 128 + 1, its
