@@ -60,7 +60,7 @@ import torch  # noqa: E402
 from data.batching import SequenceLengthSampler, batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer, step_optimizers
-from experiment.cli import keep_training_without_a_reader
+from experiment.cli import keep_training_without_a_reader, run_script
 from experiment.config import Config
 from experiment.loading import code_version, device_name
 from experiment.distributed import DistributedError, World, exit_process
@@ -569,4 +569,4 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
 
 if __name__ == "__main__":
     keep_training_without_a_reader()
-    exit_process(main())
+    run_script(main, exit_process)     # a stop before training starts: one line (nothing to save)

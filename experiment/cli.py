@@ -1,8 +1,9 @@
 """The command lines of the scripts: their parser, whose every error is one line, and how the
 scripts that read runs (evaluate.py, rank.py, generate.py, report.py, synthetic.py) end: with
 main()'s exit status, and on Ctrl-C or SIGTERM with one line instead of a traceback from deep in
-torch (or, for SIGTERM, a silent exit).
-train.py and sweep.py catch the interruption themselves, to save and to say how to go on."""
+torch (or, for SIGTERM, a silent exit); train.py's too before it trains (loading the corpus, a
+finetuning's starting validation). While training, train.py catches the interruption itself, to
+save and to say how to go on, and so does sweep.py."""
 from __future__ import annotations
 
 import argparse
@@ -134,7 +135,8 @@ def stdout_closed() -> NoReturn:
     sys.exit(141)
 
 
-def run_script(main: Callable[[], int]) -> NoReturn:
+def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit) -> NoReturn:
+    """main(), then exit(its status) (train.py's: experiment.distributed.exit_process)."""
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()
@@ -148,4 +150,4 @@ def run_script(main: Callable[[], int]) -> NoReturn:
         print(f"{how}: stopped before the end; run the same command again", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    sys.exit(code)
+    exit(code)

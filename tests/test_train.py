@@ -477,6 +477,29 @@ def test_a_signal_ignored_when_train_py_started_stays_ignored(signum, ptb_slice,
     assert len(metrics(run_dir)) == 2             # both epochs trained
 
 
+@pytest.mark.parametrize("signum, line", [
+    (signal.SIGINT, "interrupted (Ctrl-C): stopped before the end; run the same command again"),
+    (signal.SIGTERM, "stopped (SIGTERM): stopped before the end; run the same command again")])
+def test_a_stop_before_training_starts_is_one_line(signum, line, ptb_slice, tmp_path):
+    """Ctrl-C or SIGTERM while train.py loads the corpus (or validates a finetuning's starting
+    weights), before its own handler is set: one line and 128 + N, as evaluate.py says it (was a
+    KeyboardInterrupt traceback, or for SIGTERM a silent death)."""
+    from tests.conftest import TINY
+    run_dir = tmp_path / "stopped-early"
+    script = ("import os, runpy, signal, sys, time\n"
+              "import experiment.training_run as training_run\n"
+              "def loading(*args, **kwargs):\n"
+              f"    os.kill(os.getpid(), {int(signum)})\n"
+              "    time.sleep(10)\n"
+              "training_run.load_corpus = loading\n"
+              "sys.argv = sys.argv[1:]\n"
+              "runpy.run_path('train.py', run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-c", script, "train.py", PTB, f"data.data_dir={ptb_slice}",
+                             *TINY, f"run.dir={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr.strip()) == (128 + signum, line)
+    assert not run_dir.exists()
+
+
 def test_sighup_from_a_terminal_that_closed_still_saves_and_exits_129(ptb_slice, tmp_path):
     """A closed terminal sends SIGHUP and refuses every later write (EIO): train.py, printing its
     progress bar there, still stops after the step with last.pt saved and exits 128 + 1, its
