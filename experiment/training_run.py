@@ -316,6 +316,11 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
 def check_new_run_dir(run_dir: Path) -> None:
     """RunDirectoryError if a new run cannot start in `run_dir`: it holds another run."""
     if (run_dir / "last.pt").exists():
+        if holds_a_finished_run(run_dir):     # (the same command given again, say)
+            quoted = shlex.quote(str(run_dir))
+            raise RunDirectoryError(f"{run_dir} already holds a finished run; evaluate it with python "
+                                    f"evaluate.py {quoted}, train on from its best model with python "
+                                    f"train.py --finetune {quoted}, or choose another run.dir")
         raise RunDirectoryError(f"{run_dir} already holds a run; continue it with "
                                 f"{resume_command(run_dir, saved_world(run_dir / 'last.pt'))} or choose another run.dir")
     if (run_dir / "eval_best.json").exists():
@@ -324,6 +329,15 @@ def check_new_run_dir(run_dir: Path) -> None:
         # killed before its first last.pt has no evaluation: the same command starts it again.)
         raise RunDirectoryError(f"{run_dir} holds an evaluated run (eval_best.json) and no "
                                 f"last.pt to resume it; choose another run.dir or move it away")
+
+
+def holds_a_finished_run(run_dir: Path) -> bool:
+    """Whether the last.pt in `run_dir` is of a run that has finished (False where unreadable:
+    the resume's own line then says why)."""
+    try:
+        return TrainingProgress.read(run_dir / "last.pt").finished
+    except Exception:
+        return False
 
 
 def saved_world(path: Path) -> World:

@@ -237,7 +237,8 @@ def test_a_new_run_into_a_run_directory_names_the_command_its_processes_resume_i
         run_dir = tmp_path / f"saved-by-{processes}"
         shutil.copytree(tiny_run, run_dir)
         last = torch.load(run_dir / "last.pt", weights_only=True)
-        torch.save({**last, "world_size": processes}, run_dir / "last.pt")
+        unfinished = {**last["progress"], "finished": False}     # (a finished run is named so instead)
+        torch.save({**last, "world_size": processes, "progress": unfinished}, run_dir / "last.pt")
         assert train.main([PTB, f"data.data_dir={small_data}", *TINY, f"run.dir={run_dir}"]) == 2
         assert capsys.readouterr().err == (f"error: {run_dir} already holds a run; continue it with "
                                            f"{command.format(run_dir)} or choose another run.dir\n")

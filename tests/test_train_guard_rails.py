@@ -226,6 +226,23 @@ def test_a_dry_run_refuses_what_the_run_would(small, tmp_path, capsys):
     assert f"{run_dir} already holds a run; continue it with" in one_line_error(capsys)
 
 
+def test_the_same_command_again_after_a_run_finished_says_it_has_finished(small, tmp_path, capsys):
+    """It said "continue it with python train.py --resume", which for a finished run trains
+    nothing; the line names what can be done with it, the directory untouched."""
+    run_dir = tmp_path / "finished"
+    command = [PTB, *small, "train.epochs=1", f"run.dir={run_dir}"]
+    assert train.main(command) == 0
+    capsys.readouterr()
+    def files():                 # (not .lock, which the refusing process held while it checked)
+        return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != ".lock"}
+    before = files()
+    assert train.main(command) == 2
+    assert one_line_error(capsys) == (
+        f"error: {run_dir} already holds a finished run; evaluate it with python evaluate.py {run_dir}, "
+        f"train on from its best model with python train.py --finetune {run_dir}, or choose another run.dir")
+    assert files() == before
+
+
 def test_early_stops_that_cannot_act_are_named(small, tmp_path, capsys):
     """train.asgd_trigger=never with an early stop (the miniature's base sets plateau_gain): the
     stops act on ASGD only, so they were silently without effect."""
