@@ -9,7 +9,7 @@ counts real tokens (positions x batch size). In a log file (Slurm, nohup, the sw
 shows nothing until the epoch ends, so a plain line is printed every run.log_interval steps
 instead, as the original AWD-LSTM does:
 
-  epoch   3 |   300/  663 batches | step    1623 | 151.2 ms/step | 9,252 tok/s | loss 5.123 | ppl 167.85 | lr 20 | left: epoch 0:01:12, run 6:02:11
+  epoch   3 |   300/  663 batches | step     1623 |   151.2 ms/step |    9,252 tok/s | loss  5.123 | ppl   167.85 | lr 20 | left: epoch 0:01:12, run 6:02:11
 
 "batches" counts the epoch's progress in units of bptt positions, as the original's batch
 counter does (a step's length varies around bptt); speed, loss and perplexity are those of the
