@@ -149,5 +149,7 @@ def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.ex
         how, code = ("interrupted (Ctrl-C)", 130) if interrupted else ("stopped (SIGTERM)", 143)
         print(f"{how}: stopped before the end; run the same command again", file=sys.stderr)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # Not where train.py, stopped by a signal, ignores a repeat of it until it has exited.
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, previous)
     exit(code)

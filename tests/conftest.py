@@ -14,6 +14,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import errno  # noqa: E402
+import signal  # noqa: E402
+
+# The tests stop scripts with SIGINT and SIGHUP, as a terminal does. A pytest started with them
+# ignored (under nohup, in a script's background job) would hand that on to every script it
+# starts, and the scripts keep a signal ignored that they were started with
+# (experiment/cli.py's handle_stop_signal): the terminal's dispositions, before any module
+# reads them.
+for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
