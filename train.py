@@ -493,7 +493,7 @@ def main(argv=None) -> int:
         except RunRefused as e:
             if world.is_main:
                 print(f"error: {e}", file=sys.stderr)
-            return 2
+            return e.exit_code
         return run_training(trainer, prepared, world)
 
 

@@ -34,6 +34,11 @@ class RunDirectoryError(Exception):
     """A run directory that cannot be used or written; str(error) is one line."""
 
 
+class WriteFailed(RunDirectoryError):
+    """A file could not be written into the run directory (a full disk, say): train.py exits with
+    1 for it, as for a write failed while training, not with 2, a refused run's."""
+
+
 def check_run_dir_usable(run_dir: Path, name: str = "run.dir") -> None:
     """RunDirectoryError (one line) if the folder `run_dir` cannot be made or written: it is a
     file, lies under one, or its nearest existing folder is not writable (`name`: the setting
@@ -125,7 +130,7 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:   # torch.save reports a failed write as RuntimeError
         kept = f"{path} is as it was" if path.exists() else f"{path} was not written"
-        raise RunDirectoryError(f"cannot write {path} ({_reason(e)}); {kept}") from None
+        raise WriteFailed(f"cannot write {path} ({_reason(e)}); {kept}") from None
     finally:
         tmp.unlink(missing_ok=True)
     dir_fd = os.open(path.parent, os.O_RDONLY)

@@ -688,6 +688,21 @@ def test_a_full_disk_stops_the_group_in_one_line_and_keeps_every_last_pt(tiny, t
     assert [last(d)["progress"]["step"] for d in dirs] == [3, 3]
 
 
+def test_a_full_disk_as_the_group_starts_is_exit_code_1(tiny, tmp_path, capsys, monkeypatch):
+    """A member's config.yaml that cannot be written: a write failed (1), as for one run, not bad
+    input (2)."""
+    import errno
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", no_space)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    assert train.main(group(*[member("softmax", s, d, *tiny) for s, d in zip((1, 2), dirs)], step="solo")) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: cannot write {dirs[0] / 'config.yaml'} (No space left on device); " \
+                  f"{dirs[0] / 'config.yaml'} was not written"
+
+
 def test_a_run_directory_in_use_refuses_the_group_and_leaves_nothing(tiny, tmp_path, capsys):
     from experiment.run_directory import RunLock
     busy = tmp_path / "busy"

@@ -3,6 +3,7 @@ non-finite is written, one process per run directory, resumes that validate befo
 write, the corpus meant, one-line refusals that write nothing, progress in log files."""
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -394,6 +395,29 @@ def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_last_checkpoint
                    f"training stopped at step 6")
     assert torch.load(path, weights_only=True)["progress"]["step"] == 3
     assert not [p.name for p in run_dir.iterdir() if ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("full", ["text", "checkpoint"])
+def test_disk_full_as_the_run_starts_is_exit_code_1_not_bad_input(full, small, tiny_run, tmp_path, capsys,
+                                                                  monkeypatch):
+    """The first files a run writes (config.yaml; a run from trained weights, best.pt holding
+    them before the first step) on a full disk: exit code 1, a write failed, as while training
+    (it was 2, bad input, which a script would not retry)."""
+    run_dir = tmp_path / "full"
+    argv = [PTB, *small, f"run.dir={run_dir}"]
+    if full == "text":
+        def no_space(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = run_dir / "config.yaml"
+        monkeypatch.setattr(os, "fsync", no_space)
+    else:
+        written = run_dir / "best.pt"
+        argv.append(f"train.init_from={tiny_run / 'best.pt'}")
+        monkeypatch.setattr(torch, "save", enospc_after(0))
+    assert train.main(argv) == 1
+    assert one_line_error(capsys) == (f"error: cannot write {written} (No space left on device); "
+                                      f"{written} was not written")
+    assert not (run_dir / "last.pt").exists()
 
 
 def test_temporaries_left_by_a_killed_write_are_removed_at_the_next_start(small, tmp_path):
