@@ -139,13 +139,32 @@ class TrainConfig:
     def unused_early_stops(self) -> str | None:
         """Why the early stops set here stop nothing, or None: they act on ASGD only, and
         asgd_trigger never never switches to it."""
-        stops = [name for name, value in (("plateau_gain", self.plateau_gain),
-                                          ("early_stop_nonmono", self.early_stop_nonmono)) if value]
+        stops = self.early_stops()
         if self.asgd_trigger != "never" or not stops:
             return None
         return (f"train.{' and train.'.join(stops)} stop a run on ASGD only, and train.asgd_trigger=never "
                 f"never switches to it: {'they stop' if len(stops) > 1 else 'it stops'} nothing here "
                 f"(the run trains train.epochs epochs)")
+
+    def switch_after_the_end(self) -> str | None:
+        """Why this run will not average, or None: ET-ASGD switches after asgd_switch_epoch, and
+        train.epochs ends the run there or before (a shortened full-size run, say, which a reader
+        of its numbers would take for an averaged one)."""
+        if self.asgd_trigger != "et" or self.epochs > self.asgd_switch_epoch:
+            return None
+        stops = self.early_stops()
+        verbs = ("act", "stop") if len(stops) > 1 else ("acts", "stops")
+        unused = (f"; train.{' and train.'.join(stops)}, which {verbs[0]} on ASGD only, {verbs[1]} nothing"
+                  if stops else "")
+        return (f"train.asgd_trigger=et switches to averaged SGD after epoch {self.asgd_switch_epoch} "
+                f"(train.asgd_switch_epoch), and train.epochs={self.epochs} ends the run "
+                f"{'there' if self.epochs == self.asgd_switch_epoch else 'before'}: it trains with plain "
+                f"SGD throughout{unused}")
+
+    def early_stops(self) -> list[str]:
+        """The early stops set (both act on ASGD only)."""
+        return [name for name, value in (("plateau_gain", self.plateau_gain),
+                                         ("early_stop_nonmono", self.early_stop_nonmono)) if value]
 
 
 # What run.device (and the --device options of evaluate.py, rank.py, report.py) accept.

@@ -297,14 +297,13 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     identity = run_identity(config, model, corpus)
     if resume_ckpt is None and world.is_main:
         check_run_dir_usable(run_dir)
-    if (unused := config.train.unused_early_stops()) and world.is_main:
-        print(f"warning: {unused}", file=sys.stderr)
     if resume_ckpt is None and config.train.init_from:      # (a dry run checks the checkpoint too)
         load_initial_weights(model, config.train.init_from, corpus)
     if args.dry_run:
         if world.is_main:
             if resume_ckpt is None:    # what the run itself would refuse: a run.dir holding a run
                 check_new_run_dir(run_dir)
+            say_what_settings_leave_out(config)
             print(config.to_yaml(), end="")
             print(json.dumps({**identity, "device": str(device)}))
         return None
@@ -424,6 +423,8 @@ def report_start(run: PreparedRun, world: World, progress: TrainingProgress, par
     a finetuning's starting weights (validated before the first step) on the next."""
     config, run_dir, device = run.config, run.run_dir, run.device
     warn_if_cpu_by_default(config, device, params)
+    if not progress.finished:
+        say_what_settings_leave_out(config)
     print(f"run {run_dir} | {config.head_name} on {config.data.dataset} | "
           f"{params:,} parameters | device {device}"
           + (f" | {world.size} process{'es' if world.size > 1 else ''}" if world.distributed else "")
@@ -433,6 +434,15 @@ def report_start(run: PreparedRun, world: World, progress: TrainingProgress, par
     if run.resume_ckpt is None and config.train.init_from:
         print(f"starting weights ({config.train.init_from}): valid ppl "
               f"{math.exp(progress.best_val):.2f}, in best.pt until an epoch beats them", flush=True)
+
+
+def say_what_settings_leave_out(config: Config) -> None:
+    """On stderr, once the run is not refused: early stops that cannot act (a warning), and an
+    ET-ASGD switch after the last epoch (a note: the run will not average)."""
+    if unused := config.train.unused_early_stops():
+        print(f"warning: {unused}", file=sys.stderr)
+    if no_averaging := config.train.switch_after_the_end():
+        print(f"note: {no_averaging}", file=sys.stderr)
 
 
 def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: Path) -> str:

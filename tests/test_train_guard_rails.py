@@ -810,3 +810,19 @@ def test_a_signal_stop_names_the_signal_once(small, tmp_path, capsys, monkeypatc
         f"stopped: SIGTERM after step 3; saved {run_dir / 'last.pt'}; continue with python train.py "
         f"--resume {run_dir}")
     assert torch.load(run_dir / "last.pt", weights_only=True)["progress"]["step"] == 3
+
+
+def test_an_et_switch_after_the_last_epoch_is_said(small, tmp_path, capsys):
+    """ET-ASGD switches after train.asgd_switch_epoch; a run whose train.epochs ends there or
+    before (a full-size config shortened to 100 epochs, its switch at 200) never averages, which
+    its numbers did not say."""
+    argv = [PTB, *small, "train.asgd_trigger=et", "train.asgd_switch_epoch=5", f"run.dir={tmp_path}", "--dry-run"]
+    assert train.main([*argv, "train.epochs=3"]) == 0
+    assert ("note: train.asgd_trigger=et switches to averaged SGD after epoch 5 (train.asgd_switch_epoch), "
+            "and train.epochs=3 ends the run before: it trains with plain SGD throughout\n") in capsys.readouterr().err
+    assert train.main([*argv, "train.epochs=5", "train.plateau_gain=0.01"]) == 0
+    assert ("and train.epochs=5 ends the run there: it trains with plain SGD throughout; train.plateau_gain, "
+            "which acts on ASGD only, stops nothing\n") in capsys.readouterr().err
+    for others in (["train.epochs=6"], ["train.epochs=3", "train.asgd_trigger=nt"]):
+        assert train.main([*argv, *others]) == 0
+        assert "plain SGD throughout" not in capsys.readouterr().err
