@@ -30,7 +30,7 @@ from evaluation import cache, dynamic
 from experiment.config import ConfigError
 from evaluation.loop import evaluate_nll, perplexity
 from experiment.loading import describe_weights, load_trained, select_device
-from experiment.run_directory import RunDirectoryError, analysis_lock, write_text_atomic
+from experiment.run_directory import RunDirectoryError, analysis_lock, error_exit_code, write_text_atomic
 
 
 def parse_args(argv=None):
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             return evaluate_with_method(run, args) if args.method else evaluate(run, args)
     except (ConfigError, CheckpointError, DataError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit_code(e)
 
 
 # The splits are "valid" and "test" (the corpus's names); in result files (eval_*.json, as in

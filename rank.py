@@ -42,7 +42,7 @@ from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, see
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
-from experiment.run_directory import RunDirectoryError, analysis_lock, write_atomic, write_text_atomic
+from experiment.run_directory import RunDirectoryError, analysis_lock, error_exit_code, write_atomic, write_text_atomic
 from analysis import AnalysisError
 from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
@@ -347,7 +347,7 @@ def main(argv=None) -> int:
                                        args.data_dir, args.max_memory, args.allow_modified_corpus)
     except (ConfigError, CheckpointError, DataError, AnalysisError, RunDirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit_code(e)
     print(describe_robustness(result) if args.robustness else describe(result))
     if args.json:
         print(json.dumps(result, allow_nan=False))

@@ -51,9 +51,8 @@ from .averaged_sgd import step_optimizers
 from .distributed import World
 from .loading import one_heap_for_every_thread
 from .progress import TrainingProgress
-from .run_directory import GROUP_EXIT, RunDirectoryError, write_text_atomic
-from .training_run import (SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run,
-                           setup_exit_code)
+from .run_directory import GROUP_EXIT, RunDirectoryError, error_exit_code, write_text_atomic
+from .training_run import SETUP_ERRORS, check_new_run_dir, prepare_run, report_start, resolve_run
 
 # A CPU group's members meet when each has read about this many steps' text (train.steps_ahead):
 # rarely enough that waiting for each other costs little, often enough that a member whose epoch
@@ -407,7 +406,7 @@ def run_group(members: list[str], step_choice: str, dry_run: bool) -> int:
             held.close()
             remove_created(created)
             print(f"error: {e}", file=sys.stderr)
-            return setup_exit_code(e)
+            return error_exit_code(e)
         if dry_run:
             print(f"--dry-run: the group would start: {runs(len(members))} on {device}, one step of "
                   f"all at a time ({kind} step); nothing written")

@@ -35,8 +35,14 @@ class RunDirectoryError(Exception):
 
 
 class WriteFailed(RunDirectoryError):
-    """A file could not be written into the run directory (a full disk, say): train.py exits with
-    1 for it, as for a write failed while training, not with 2, a refused run's."""
+    """A file could not be written into the run directory (a full disk, say): the scripts exit
+    with 1 for it, not with 2, bad input's (error_exit_code)."""
+
+
+def error_exit_code(error: Exception) -> int:
+    """A script's exit code for a one-line error: 1 where a file could not be written (train.py's
+    checkpoints, config.yaml and run.json, evaluate.py's and rank.py's results), 2 for bad input."""
+    return 1 if isinstance(error, WriteFailed) else 2
 
 
 def check_run_dir_usable(run_dir: Path, name: str = "run.dir") -> None:

@@ -38,7 +38,7 @@ from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import (RunDirectoryError, RunLock, WriteFailed, check_run_dir_usable, default_run_name,
+from .run_directory import (RunDirectoryError, RunLock, check_run_dir_usable, default_run_name, error_exit_code,
                             finetune_config, make_run_dir, trained_corpus)
 
 
@@ -250,7 +250,7 @@ class PreparedRun(NamedTuple):
 
 class RunRefused(Exception):
     """A failure of some rank before training, raised on every rank (rank 0 reports it);
-    `exit_code` is train.py's (setup_exit_code)."""
+    `exit_code` is train.py's (error_exit_code)."""
 
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
@@ -260,19 +260,13 @@ class RunRefused(Exception):
 SETUP_ERRORS = (ConfigError, CheckpointError, DataError, RunDirectoryError)
 
 
-def setup_exit_code(error: Exception) -> int:
-    """train.py's exit code for one of SETUP_ERRORS: 1 where a file could not be written as the
-    run started (its config.yaml, run.json, a finetuning's first best.pt), else 2: bad input."""
-    return 1 if isinstance(error, WriteFailed) else 2
-
-
 def on_every_rank(world: World, step, *args):
     """step(*args), then RunRefused on every rank if it failed on any (in one process: if it
     failed), so that no rank goes on to wait for one that has stopped."""
     try:
         result, error, exit_code = step(*args), None, 2
     except SETUP_ERRORS as e:
-        result, error, exit_code = None, str(e), setup_exit_code(e)
+        result, error, exit_code = None, str(e), error_exit_code(e)
     error = world.first_error(error)
     if error is not None:
         raise RunRefused(error, exit_code)

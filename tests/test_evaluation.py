@@ -182,3 +182,25 @@ def test_a_relative_init_from_is_found_from_another_folder(small_data, tmp_path,
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (result["weights"], result["asgd"]) == ("averaged", True)
     assert result["starting_weights"] == {"checkpoint": str(tmp_path / "run" / "best.pt"), **parent_weights}
+
+
+@pytest.mark.parametrize("script, name", [("evaluate", "eval_best.json"), ("rank", "singular_values_test_logp.npy")])
+def test_a_full_disk_is_a_failed_write_not_bad_input(script, name, tiny_run, tmp_path, capsys, monkeypatch):
+    """A result file that cannot be written (a full disk) is one line and exit 1, as train.py's
+    failed writes, not 2, which says the input was bad; nothing is left half-written."""
+    import errno
+    import os
+
+    import rank
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    before = sorted(p.name for p in run.iterdir())
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    main = {"evaluate": evaluate.main, "rank": rank.main}[script]
+    assert main([str(run), *(["--contexts", "40"] if script == "rank" else [])]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: cannot write {run / name} (No space left on device); {run / name} was not written"
+    assert sorted(p.name for p in run.iterdir()) == before
