@@ -116,6 +116,12 @@ def tiny_run(small_data, tmp_path_factory) -> Path:
     return run_dir
 
 
+def disk_full(fd):
+    """A stand-in for os.fsync on a full disk (monkeypatch.setattr(os, "fsync", disk_full)): the
+    run directory's atomic writes find it so before their rename."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 def enospc_after(limit: int):
     """A stand-in for torch.save that writes `limit` bytes and then finds the disk full (the
     OSError reaches torch's writer, as from a real full disk)."""

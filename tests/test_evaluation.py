@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -19,7 +20,7 @@ from evaluation.loop import evaluate_nll, iterate_chunks, perplexity
 from model import build_model
 from model.heads import HEADS
 
-from conftest import REPO_ROOT, TINY, head_overrides
+from conftest import REPO_ROOT, TINY, disk_full, head_overrides
 from experiment.loading import checkpoint_weights
 
 VOCAB = 50
@@ -188,17 +189,11 @@ def test_a_relative_init_from_is_found_from_another_folder(small_data, tmp_path,
 def test_a_full_disk_is_a_failed_write_not_bad_input(script, name, tiny_run, tmp_path, capsys, monkeypatch):
     """A result file that cannot be written (a full disk) is one line and exit 1, as train.py's
     failed writes, not 2, which says the input was bad; nothing is left half-written."""
-    import errno
-    import os
-
     import rank
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     before = sorted(p.name for p in run.iterdir())
-
-    def full(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", disk_full)
     main = {"evaluate": evaluate.main, "rank": rank.main}[script]
     assert main([str(run), *(["--contexts", "40"] if script == "rank" else [])]) == 1
     err = capsys.readouterr().err.strip()

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import train
-from conftest import TINY
+from conftest import TINY, disk_full
 from model.body import AWDLSTMBody
 from model.group import alive_steps, grouped_forward, grouped_lstm_reference
 from model.kernels.grouped_lstm import grouped_lstm_recurrence
@@ -691,11 +691,7 @@ def test_a_full_disk_stops_the_group_in_one_line_and_keeps_every_last_pt(tiny, t
 def test_a_full_disk_as_the_group_starts_is_exit_code_1(tiny, tmp_path, capsys, monkeypatch):
     """A member's config.yaml that cannot be written: a write failed (1), as for one run, not bad
     input (2)."""
-    import errno
-
-    def no_space(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(os, "fsync", no_space)
+    monkeypatch.setattr(os, "fsync", disk_full)
     dirs = [tmp_path / "a", tmp_path / "b"]
     assert train.main(group(*[member("softmax", s, d, *tiny) for s, d in zip((1, 2), dirs)], step="solo")) == 1
     err = capsys.readouterr().err.strip()

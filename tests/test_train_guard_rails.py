@@ -3,7 +3,6 @@ non-finite is written, one process per run directory, resumes that validate befo
 write, the corpus meant, one-line refusals that write nothing, progress in log files."""
 from __future__ import annotations
 
-import errno
 import json
 import re
 import shutil
@@ -23,7 +22,7 @@ import train
 from data.download import file_sha256
 from experiment import checkpoint
 from model.heads.softmax import SoftmaxHead
-from tests.conftest import TINY, enospc_after
+from tests.conftest import TINY, disk_full, enospc_after
 from tests.test_train import metrics, tensorboard_scalars, wait_for
 
 PTB = "configs/ptb/softmax.yaml"
@@ -406,10 +405,8 @@ def test_disk_full_as_the_run_starts_is_exit_code_1_not_bad_input(full, small, t
     run_dir = tmp_path / "full"
     argv = [PTB, *small, f"run.dir={run_dir}"]
     if full == "text":
-        def no_space(fd):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         written = run_dir / "config.yaml"
-        monkeypatch.setattr(os, "fsync", no_space)
+        monkeypatch.setattr(os, "fsync", disk_full)
     else:
         written = run_dir / "best.pt"
         argv.append(f"train.init_from={tiny_run / 'best.pt'}")
