@@ -38,8 +38,8 @@ from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress
-from .run_directory import (RunDirectoryError, RunLock, check_run_dir_usable, default_run_name, error_exit_code,
-                            finetune_config, make_run_dir, trained_corpus)
+from .run_directory import (LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable, default_run_name,
+                            error_exit_code, finetune_config, held_elsewhere, make_run_dir, trained_corpus)
 
 
 def parse_args(argv=None):
@@ -116,6 +116,10 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
             raise CheckpointError(f"--finetune {source}: the run has no validated model yet (no "
                                   f"best.pt, which finetuning starts from; train.py writes it at "
                                   f"the end of epoch 1)")
+        if held_elsewhere(source / LOCK_NAME):      # its best.pt may change under the finetuning
+            raise RunDirectoryError(f"--finetune {source}: the run is in use by another process "
+                                    f"(training, or evaluate.py or rank.py reading it): finetune it "
+                                    f"once that has ended, from its final best.pt")
         config = finetune_config(source, args.overrides)
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)

@@ -584,6 +584,20 @@ def test_finetune_starts_from_the_best_model_with_asgd_and_stops_when_not_improv
     assert 0 < start_diff < 0.5
 
 
+def test_finetune_of_a_run_in_use_is_refused(et_run, tmp_path, capsys):
+    """A run another process holds (still training, or read by evaluate.py) may replace its
+    best.pt: a finetuning begun then would start from weights that are not the run's final ones,
+    unsaid. One line, exit 2, nothing written."""
+    from experiment.run_directory import RunLock
+    run_dir = tmp_path / "finetuned"
+    with RunLock(et_run):
+        assert train.main(["--finetune", str(et_run), f"run.dir={run_dir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: --finetune {et_run}: the run is in use by another process (training, or "
+                   f"evaluate.py or rank.py reading it): finetune it once that has ended, from its final best.pt")
+    assert not run_dir.exists()
+
+
 def test_finetune_keeps_the_starting_weights_as_best_until_an_epoch_beats_them(et_run, tmp_path, capsys):
     """[AWD]/[MoS] finetune.py validate the loaded model first and save only improvements on it:
     a finetuning epoch that makes the model worse must not replace it in finetune/best.pt."""
