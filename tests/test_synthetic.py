@@ -598,20 +598,20 @@ def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, mon
             synthetic.main([*argv, "--out", str(tmp_path / "out")])
 
 
-def test_the_guides_default_table_is_the_committed_joined_runs():
-    """docs/synthetic.md's table of the default (no decoder bias) at M = 1,000 is the committed
-    joined/results.md's, and joined/results.csv holds exactly the rows of the processes' raw
-    results.csv beside it: every figure of that table from a committed raw file."""
-    folder = REPO_ROOT / "results" / "cpu_synthetic" / "m1000_no_bias"
-    raw_rows = set()
-    for raw in sorted(folder.glob("*/results.csv")):
-        if raw.parent.name != "joined":
-            raw_rows |= set(raw.read_text().splitlines()[1:])
-    joined = folder / "joined"
-    assert set((joined / "results.csv").read_text().splitlines()[1:]) == raw_rows
-    table = [line for line in (joined / "results.md").read_text().splitlines() if line.startswith("| ")]
-    guide = (REPO_ROOT / "docs" / "synthetic.md").read_text()
-    section = guide.split("## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, the default (no decoder bias)\n")[1]
-    section = section.split("\n## ")[0]
+@pytest.mark.parametrize("folder, heading", [
+    ("m1000_no_bias", "## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, the default (no decoder bias)"),
+    ("m1000_bias", "## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, with a trained decoder bias b (--decoder-bias)")])
+def test_the_guides_m1000_tables_are_the_committed_runs(folder, heading):
+    """docs/synthetic.md's tables at M = 1,000 (the default, and with the decoder bias) are the
+    committed results.md's (joined/, where several processes' results.csv were joined: it holds
+    exactly their rows), over every D of the default grid: each figure from a committed raw file."""
+    folder = REPO_ROOT / "results" / "cpu_synthetic" / folder
+    raws = [raw for raw in sorted(folder.glob("**/results.csv")) if raw.parent.name != "joined"]
+    raw_rows = {row for raw in raws for row in raw.read_text().splitlines()[1:]}
+    table_of = folder / "joined" if (folder / "joined").is_dir() else folder
+    assert set((table_of / "results.csv").read_text().splitlines()[1:]) == raw_rows
+    table = [line for line in (table_of / "results.md").read_text().splitlines() if line.startswith("| ")]
+    section = (REPO_ROOT / "docs" / "synthetic.md").read_text().split(heading + "\n")[1].split("\n## ")[0]
     assert [line for line in section.splitlines() if line.startswith("| ")] == table
     assert {row.split(",")[2] for row in raw_rows} == {"8", "16", "32", "64", "128"}
+    assert {row.split(",")[-1] for row in raw_rows} == {"True" if "with a trained" in heading else "False"}
