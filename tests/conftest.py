@@ -28,6 +28,20 @@ for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.S
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# SIGINT, SIGTERM and SIGHUP as a terminal gives them (after the reset above).
+TERMINAL_SIGNALS = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_as_a_terminal_gives_them():
+    """Each test starts with SIGINT, SIGTERM and SIGHUP as a terminal gives them, whatever an
+    earlier test in this process left: a stop handler restored to SIG_IGN (StopSignals after a
+    signal stop, handle_stop_signal in a process that found one ignored) would be inherited by
+    every script a later test starts, which keeps it ignored (seen in CI: a SIGHUP test's
+    train.py trained on to exit 0)."""
+    for signum, handler in TERMINAL_SIGNALS.items():
+        signal.signal(signum, handler)
+
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # Make the repository's packages importable when pytest is run as `pytest`
