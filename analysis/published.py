@@ -195,7 +195,10 @@ TABLE5 = PublishedTable(
 # These are NT-ASGD runs: their K = 15 / dropoutl = 0.29 rows repeat the NT-ASGD MoS of SM
 # Tables 10/11 (PTB train 33.08, test 56.07, rank 9,979; WT2 test 63.06).
 _MOS_NOTE = ("[SB]: one NT-ASGD run per row (the K = 15, dropoutl = 0.29 row is the NT-ASGD MoS of "
-             "SM Tables 10/11); rows trained with another trigger have no published counterpart.")
+             "SM Tables 10/11, with the same numbers on PTB; on WikiText-2 [SB] prints that run's "
+             "Press rank as 13,229 in SM Table 5 and its train ppl as 39.11 in SM Table 12, against "
+             "13,215 and 35.92 in SM Table 11); rows trained with another trigger have no published "
+             "counterpart.")
 
 
 def _mos_row(source, label, dataset, components, dropoutl, params, train, test, rank) -> PublishedRow:
