@@ -44,7 +44,6 @@ from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device
 from experiment.run_directory import RunDirectoryError, analysis_lock, error_exit_code, write_atomic, write_text_atomic
 from analysis import AnalysisError
-from analysis.spectra import write_spectra
 from spectrum import StreamingSingularValues, rank_summary
 from spectrum.streaming import CUSOLVER_GESVD_MAX_N, NonFiniteMatrix, torch_backend_bytes
 from spectrum.robustness import NOISE_SCALES, matrix_ranks, press_rank_robustness
@@ -321,6 +320,9 @@ def plot(paths: list[str], out: str | None, transformed: bool) -> Path:
     if missing:
         raise AnalysisError(f"{missing[0]}: no such run directory or checkpoint")
     run_dirs = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
+    # Imported here: the analysis package brings scipy.stats and matplotlib, about 1.7 s of
+    # start-up that every rank.py of a sweep would pay for a figure it seldom draws.
+    from analysis.spectra import write_spectra
     path, notes = write_spectra(run_dirs, Path(out) if out else None, transformed=transformed)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)

@@ -139,6 +139,16 @@ def test_plot_overlays_runs(tiny_runs, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_rank_py_starts_without_the_analysis_packages_statistics_and_figures():
+    """rank.py runs once per run of every sweep: scipy.stats and matplotlib (the analysis package's,
+    about 1.7 s of start-up) are imported only for --plot, which test_plot_overlays_runs checks."""
+    probe = ("import sys, rank; heavy = [m for m in ('scipy.stats', 'matplotlib') if m in sys.modules]; "
+             "print(heavy)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_bad_input_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "rank.py", str(tmp_path / "nope")], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
