@@ -20,7 +20,9 @@ model does (the fits before this option existed had it).
 Writes to --out: results.md (one table per alpha and M), results.csv (every fit),
 mode_match_alpha<a>.png and kl_alpha<a>.png (the paper's Figures 2 and 3: one line per head,
 one panel per M), settings.json (everything this run was given). --json prints the rows as the
-last line of stdout. Same seeds, same numbers (on the same device and torch build).
+last line of stdout. Same seeds, same numbers (on the same device and torch build). results.csv
+grows by a row as each fit ends, so a grid stopped part-way (Ctrl-C, SIGTERM, a session's end)
+keeps its fits: the same command again fits only the rest.
 --from-csv A/results.csv B/results.csv --out C writes one table and one pair of figures for the
 results of several runs (a grid split over processes or machines) without fitting anything: each
 fit once, and one N for each (alpha, M), and all with or all without --decoder-bias, since a
@@ -46,7 +48,7 @@ from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from experiment.cli import ArgumentParser, run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
-from experiment.run_directory import RunDirectoryError, RunLock, write_text_atomic
+from experiment.run_directory import RunDirectoryError, RunLock, error_exit_code, write_text_atomic
 
 
 # The default grid's heads, in the order of its table columns and figure legends.
@@ -150,7 +152,7 @@ def write_outputs(rows: list[Row], out: Path, print_json: bool) -> int:
         figures = write_figures(rows, out)
     except (RunDirectoryError, OSError) as error:
         print(f"synthetic.py: {error}", file=sys.stderr)
-        return 2
+        return error_exit_code(error)
     print(to_markdown(rows))
     print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, "
           + ", ".join(str(f) for f in figures))
@@ -169,6 +171,35 @@ def out_folder_for_join(out: Path, inputs: list[Path]) -> None:
     if any(path.resolve() == target for path in inputs):
         raise ValueError(f"--out {out}: its results.csv is one of the --from-csv files, which the join "
                          f"would replace: give the join a folder of its own")
+
+
+def fits_made_before(out: Path, settings: dict) -> list[Row]:
+    """The fits that an earlier process with the same settings wrote into `out` (stopped part-way,
+    or finished): this run fits only the others. Fits made with other settings are a ValueError
+    naming the first setting that differs, not mixed into one table (a cell is a mean over seeds
+    of one setting; device and torch build are settings here, as the same seed gives the same
+    numbers only on the same ones)."""
+    settings_path, results = out / "settings.json", out / "results.csv"
+    if not settings_path.is_file():
+        if results.is_file():
+            raise ValueError(f"--out {out}: holds a results.csv but no settings.json (a --from-csv "
+                             f"join's folder?), so its fits' settings are unknown: give this run a "
+                             f"folder of its own")
+        return []
+    try:
+        earlier = json.loads(settings_path.read_text(encoding="utf-8"))
+        rows = from_csv(results.read_text(encoding="utf-8"), str(results)) if results.is_file() else []
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--out {out}: its earlier fits cannot be read ({error}): give this run "
+                         f"another --out") from None
+    now = json.loads(json.dumps(settings))          # as settings.json holds them (lists, not tuples)
+    differing = next((key for key in now if earlier.get(key) != now[key]), None)
+    if differing is not None:
+        raise ValueError(f"--out {out}: holds fits made with other settings ({differing}: "
+                         f"{json.dumps(earlier.get(differing))} there, {json.dumps(now[differing])} "
+                         f"here): give this run another --out, or finish that one with its own "
+                         f"command (settings.json)")
+    return rows
 
 
 def make_out_folder(out: Path) -> None:
@@ -257,23 +288,29 @@ def main(argv=None) -> int:
                     "head_options": {h: asdict(o) for h, o in options.items()},
                     "fit": asdict(fit_settings), "device": str(device),
                     "torch": torch.__version__}
+        done = fits_made_before(args.out, settings)
         write_text_atomic(args.out / "settings.json", json.dumps(settings, indent=2) + "\n")
     except (ValueError, ConfigError, RunDirectoryError, OSError) as error:
         out_lock.release()
         print(f"synthetic.py: {error}", file=sys.stderr)
         return 2
+    if done:
+        print(f"synthetic.py: {len(done)} fit(s) of this grid are in {args.out / 'results.csv'} "
+              f"already (an earlier run of this command): fitting the others", file=sys.stderr)
     try:
-        return fit_grid(args, device, fit_settings, options)
+        return fit_grid(args, device, fit_settings, options, done)
     finally:
         out_lock.release()
 
 
 def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSettings,
-             options: dict) -> int:
-    """Every fit of the grid, then the outputs (write_outputs)."""
-    rows: list[Row] = []
+             options: dict, done: list[Row]) -> int:
+    """Every fit of the grid not in `done` (fits_made_before), results.csv rewritten as each
+    ends, then the outputs (write_outputs)."""
+    rows: list[Row] = list(done)
+    made = {(r.alpha, r.words, r.seed, r.dim, r.head) for r in done}
     cells = len(args.alpha) * len(args.words) * len(args.seeds) * len(args.dims) * len(args.heads)
-    bar = tqdm(total=cells, unit="fit", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=cells, initial=len(made), unit="fit", file=sys.stderr, dynamic_ncols=True)
     last_shown = [0.0]
 
     def show_step(step: int, kl: float) -> None:
@@ -285,9 +322,13 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
     for alpha in args.alpha:
         for words in args.words:
             for seed in args.seeds:
+                if all((alpha, words, seed, dim, head) in made for dim in args.dims for head in args.heads):
+                    continue
                 targets = sample_targets(args.contexts, words, alpha, seed, device)
                 for dim in args.dims:
                     for head in args.heads:
+                        if (alpha, words, seed, dim, head) in made:
+                            continue
                         where = f"alpha {alpha:g} M {words} seed {seed} D {dim} {head}"
                         bar.set_description(where)
                         torch.manual_seed(seed)
@@ -303,14 +344,21 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
                                 return 2
                             kept = (f"the {len(rows)} fit(s) before it are in {args.out / 'results.csv'}"
                                     if rows else "no fit finished before it")
-                            print(f"synthetic.py: {where}: {error}; try a smaller --lr ({kept})",
-                                  file=sys.stderr)
+                            print(f"synthetic.py: {where}: {error}; try a smaller --lr, with another "
+                                  f"--out ({kept})", file=sys.stderr)
                             return 1
                         rows.append(Row(alpha, words, dim, args.contexts, head,
                                         SYNTHETIC_HEADS[head].label, seed,
                                         round(result.mode_match, 4), round(result.kl, 6),
                                         result.steps, result.converged,
                                         round(result.seconds, 2), args.decoder_bias))
+                        # Kept as it ends: a fit at M = 10,000 can take an hour, a grid many sessions.
+                        try:
+                            write_text_atomic(args.out / "results.csv", to_csv(rows))
+                        except (RunDirectoryError, OSError) as error:
+                            bar.close()
+                            print(f"synthetic.py: {error}", file=sys.stderr)
+                            return error_exit_code(error)
                         bar.update()
                         del model
                 del targets

@@ -540,9 +540,66 @@ def test_cli_a_diverging_fit_keeps_the_fits_before_it(tmp_path, capsys, monkeypa
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == (
         f"synthetic.py: alpha 0.1 M 20 seed 0 D 3 softmax: the loss became non-finite at step 2 "
-        f"(lr 0.05); try a smaller --lr (the 1 fit(s) before it are in {out / 'results.csv'})")
+        f"(lr 0.05); try a smaller --lr, with another --out (the 1 fit(s) before it are in "
+        f"{out / 'results.csv'})")
     assert [(r.dim, r.head) for r in from_csv((out / "results.csv").read_text())] == [(2, "softmax")]
     assert (out / "results.md").is_file()
+
+
+def test_cli_a_grid_stopped_part_way_keeps_its_fits_and_the_same_command_fits_the_rest(
+        tmp_path, capsys, monkeypatch):
+    """A grid stopped by Ctrl-C or SIGTERM wrote nothing (7 fits of 56 minutes lost at M = 1,000;
+    a grid at M = 10,000 outlasts a session): results.csv now grows as each fit ends, and the same
+    command again fits only the others, ending with the rows of a grid never stopped."""
+    import synthetic
+    real_fit, calls = synthetic.fit, []
+
+    def third_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_fit(*args, **kwargs)
+    grid = [*TINY_GRID[:2], "--dims", "2", "3", *TINY_GRID[4:], "--seeds", "0", "1"]
+    whole = _synthetic_here(capsys, *grid, "--out", str(tmp_path / "whole"), "--json")
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "grid"
+    monkeypatch.setattr(synthetic, "fit", third_interrupted)
+    with pytest.raises(KeyboardInterrupt):       # run_script's to turn into one line and 130
+        synthetic.main([*grid, "--out", str(out)])
+    assert [(r.seed, r.dim) for r in from_csv((out / "results.csv").read_text())] == [(0, 2), (0, 3)]
+    calls.clear()
+    monkeypatch.setattr(synthetic, "fit", lambda *a, **k: calls.append(1) or real_fit(*a, **k))
+    again = _synthetic_here(capsys, *grid, "--out", str(out), "--json")
+    assert again.returncode == 0, again.stderr
+    assert len(calls) == 2                       # seed 1's two fits only
+    assert (f"synthetic.py: 2 fit(s) of this grid are in {out / 'results.csv'} already (an earlier run "
+            f"of this command): fitting the others") in again.stderr
+    untimed = lambda text: [{k: v for k, v in r.items() if k != "seconds"}    # noqa: E731
+                            for r in json.loads(text.strip().splitlines()[-1])]
+    assert untimed(again.stdout) == untimed(whole.stdout)
+    assert (out / "results.md").read_text() == (tmp_path / "whole" / "results.md").read_text()
+    calls.clear()                                # finished: the same command fits nothing
+    assert _synthetic_here(capsys, *grid, "--out", str(out)).returncode == 0 and calls == []
+
+
+def test_cli_an_out_of_fits_made_with_other_settings_is_refused(tmp_path, capsys):
+    """The same --out with another setting would have mixed two grids' fits into one table (or,
+    before fits were kept, replaced the earlier ones): one line naming the setting, nothing written."""
+    out = tmp_path / "grid"
+    assert _synthetic_here(capsys, *TINY_GRID, "--out", str(out)).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    other = _synthetic_here(capsys, *TINY_GRID, "--lr", "0.01", "--out", str(out))
+    assert other.returncode == 2 and other.stderr == (
+        f'synthetic.py: --out {out}: holds fits made with other settings (fit: {json.dumps(json.loads((out / "settings.json").read_text())["fit"])} '
+        f'there, {json.dumps(dict(json.loads((out / "settings.json").read_text())["fit"], lr=0.01))} here): give '
+        f"this run another --out, or finish that one with its own command (settings.json)\n")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    (joined / "results.csv").write_text(to_csv(_rows()))
+    into_join = _synthetic_here(capsys, *TINY_GRID, "--out", str(joined))
+    assert into_join.returncode == 2 and "holds a results.csv but no settings.json" in into_join.stderr
+    assert (joined / "results.csv").read_text() == to_csv(_rows())
 
 
 def test_cli_out_that_cannot_be_a_folder_is_one_line(tmp_path, capsys):
