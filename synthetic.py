@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import asdict
@@ -45,7 +44,7 @@ from tqdm import tqdm
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
                                 sample_targets)
 from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
-from experiment.cli import ArgumentParser, run_script
+from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1, number_at_least, run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, RunLock, error_exit_code, write_text_atomic
@@ -53,19 +52,6 @@ from experiment.run_directory import RunDirectoryError, RunLock, error_exit_code
 
 # The default grid's heads, in the order of its table columns and figure legends.
 DEFAULT_HEADS = ["softmax", "mos", "lms", "plif", "ss", "gss"]
-
-
-def _number(kind, lowest, what, strict: bool = False):
-    """An argparse type: a finite `kind` >= lowest (> lowest if strict), else one line."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not math.isfinite(value) or value < lowest or (strict and value == lowest):
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-    return parse
 
 
 def _override(text: str) -> tuple[str, str, str]:
@@ -82,19 +68,18 @@ def _override(text: str) -> tuple[str, str, str]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = ArgumentParser(prog="synthetic.py", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    positive_int = _number(int, 1, "an integer >= 1")
-    positive = _number(float, 0, "a finite value > 0", strict=True)
+    positive = number_at_least(float, 0, "a finite value > 0", strict=True)
     p.add_argument("--alpha", nargs="+", type=positive, default=[0.1],
                    help="Dirichlet concentration(s) (default 0.1)")
-    p.add_argument("--dims", nargs="+", type=positive_int, default=[8, 16, 32, 64, 128],
+    p.add_argument("--dims", nargs="+", type=integer_at_least_1, default=[8, 16, 32, 64, 128],
                    help="embedding sizes D")
-    p.add_argument("--words", nargs="+", type=_number(int, 2, "an integer >= 2"),
+    p.add_argument("--words", nargs="+", type=number_at_least(int, 2, "an integer >= 2"),
                    default=[1000, 10000], help="vocabulary sizes M")
-    p.add_argument("--contexts", type=positive_int, default=10000,
+    p.add_argument("--contexts", type=integer_at_least_1, default=10000,
                    help="N, the number of true distributions (the paper used 100,000)")
     p.add_argument("--heads", nargs="+", choices=list(SYNTHETIC_HEADS), default=DEFAULT_HEADS,
                    help=f"default: {' '.join(DEFAULT_HEADS)}")
-    p.add_argument("--seeds", nargs="+", type=_number(int, 0, "an integer >= 0"), default=[0],
+    p.add_argument("--seeds", nargs="+", type=integer_at_least_0, default=[0],
                    help="one fit per seed: P* and the initial parameters are drawn from it")
     p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
                    metavar="HEAD.OPTION=VALUE",
@@ -106,15 +91,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="eager kernels only (torch.compile is otherwise tried, with eager fallback)")
     defaults = FitSettings()
     p.add_argument("--lr", type=positive, default=defaults.lr, help="Adam learning rate")
-    p.add_argument("--max-steps", type=positive_int, default=defaults.max_steps,
+    p.add_argument("--max-steps", type=integer_at_least_1, default=defaults.max_steps,
                    help="full-batch steps at most per fit")
-    p.add_argument("--tol", type=_number(float, 0, "a finite value >= 0"), default=defaults.tol,
+    p.add_argument("--tol", type=number_at_least(float, 0, "a finite value >= 0"), default=defaults.tol,
                    help="stop when the mean KL fell by less than this fraction over --window steps")
-    p.add_argument("--window", type=positive_int, default=defaults.window,
+    p.add_argument("--window", type=integer_at_least_1, default=defaults.window,
                    help=f"steps the stopping rule looks back over (--tol; default {defaults.window})")
-    p.add_argument("--lr-drops", type=_number(int, 0, "an integer >= 0"), default=defaults.lr_drops,
+    p.add_argument("--lr-drops", type=integer_at_least_0, default=defaults.lr_drops,
                    help="on a stall, divide the lr by 10 and go on, at most this many times")
-    p.add_argument("--batch-contexts", type=positive_int, default=defaults.batch_contexts,
+    p.add_argument("--batch-contexts", type=integer_at_least_1, default=defaults.batch_contexts,
                    help="contexts per chunk of the full-batch gradient (memory only, same result)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--out", type=Path, default=Path("runs/synthetic"),

@@ -13,7 +13,6 @@ first collects on the training split are timed apart, per training batch (100 x 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -27,6 +26,7 @@ from benchmarks.common import run_benchmark, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify  # noqa: E402
 from evaluation import cache, dynamic  # noqa: E402
+from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import set_float32_precision  # noqa: E402
@@ -34,10 +34,10 @@ from model import build_model  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
-    parser.add_argument("--tokens", type=int, default=5000, help="test tokens read by each method")
-    parser.add_argument("--ms-batches", type=int, default=20, help="training batches timed for the statistics")
+    parser.add_argument("--tokens", type=integer_at_least_1, default=5000, help="test tokens read by each method")
+    parser.add_argument("--ms-batches", type=integer_at_least_1, default=20, help="training batches timed for the statistics")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 

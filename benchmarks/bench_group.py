@@ -64,7 +64,6 @@ steps read random words of PTB's vocabulary size.
 """
 from __future__ import annotations
 
-import argparse
 import shlex
 import statistics
 import sys
@@ -78,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import (GroupStep, TrainerStep, interleaved_times, median_step, medians,  # noqa: E402
                                run_benchmark)
 from data.corpus import Corpus  # noqa: E402
+from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.group import step_kind  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
@@ -411,20 +411,21 @@ def layers_table(args, device: torch.device) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value overrides of every run's config")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["mini", "ptb"])
-    parser.add_argument("--groups", nargs="+", type=int, metavar="G", help="group sizes (default: each shape's)")
+    parser.add_argument("--groups", nargs="+", type=integer_at_least_1, metavar="G", help="group sizes (default: each shape's)")
     parser.add_argument("--kind", choices=("auto", "batched", "solo"), default="auto")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per row (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    parser.add_argument("--steps", type=integer_at_least_1, default=10, help="timed steps per row (default 10)")
+    parser.add_argument("--warmup", type=integer_at_least_0, default=2,
+                        help="untimed steps first (default 2)")
+    parser.add_argument("--threads", type=integer_at_least_1, help="CPU threads (default: torch's)")
     parser.add_argument("--cpu-pair", action="store_true", help="only the CPU goal's row (reads PTB: AWD_DATA_DIR)")
     parser.add_argument("--cpu-pair-training", action="store_true",
                         help="only the CPU goal in training: train.py --group of two seeds against two "
                              "train.py processes, --steps steps each (reads PTB: AWD_DATA_DIR)")
-    parser.add_argument("--rounds", type=int, default=3, help="--cpu-pair(-training): rounds of both (default 3)")
+    parser.add_argument("--rounds", type=integer_at_least_1, default=3, help="--cpu-pair(-training): rounds of both (default 3)")
     parser.add_argument("--plan", help="only a plan's runs: solo steps against one group step")
     parser.add_argument("--products", action="store_true",
                         help="only the time loop's product, several ways, per G (the docstring)")
@@ -432,17 +433,9 @@ def parse_args(argv=None):
                         help="only an LSTM layer's forward and backward, three ways, per G (the docstring)")
     parser.add_argument("--product", choices=("by_shape", *PRODUCT_WAYS), default=grouped_lstm.PRODUCT,
                         help="the grouped LSTM's per-step product (the docstring; default by_shape)")
-    parser.add_argument("--profile", type=int, metavar="G",
+    parser.add_argument("--profile", type=integer_at_least_1, metavar="G",
                         help="only the profiler's tables of a group of G miniature runs' step")
     args = parser.parse_args(argv)
-    for name in ("steps", "threads", "rounds", "profile"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name}: expected an integer >= 1, got {value}")
-    if args.warmup < 0:
-        raise ConfigError(f"--warmup: expected an integer >= 0, got {args.warmup}")
-    if args.groups and min(args.groups) < 1:
-        raise ConfigError(f"--groups: expected integers >= 1, got {args.groups}")
     if args.plan and not Path(args.plan).is_file():
         raise ConfigError(f"--plan {args.plan}: plan file not found")
     return args

@@ -39,7 +39,6 @@ removed that cost here. CUDA's caching allocator has no such cost; the MoS head 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -55,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import TrainerStep, interleaved_times, medians, run_benchmark, synchronize  # noqa: E402
 from data import load_corpus  # noqa: E402
+from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from model.heads import HEADS  # noqa: E402
 
@@ -168,23 +168,21 @@ def saved_bytes_per_logit(case: Case) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", default=",".join(HEADS), help="comma-separated head names")
-    parser.add_argument("--reps", type=int, default=5, help="timed steps per head (median)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per head first "
+    parser.add_argument("--reps", type=integer_at_least_1, default=5, help="timed steps per head (median)")
+    parser.add_argument("--warmup", type=integer_at_least_0, default=2, help="untimed steps per head first "
                         "(the first compiled step compiles)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=integer_at_least_1, default=None, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="eager kernels for SS/GSS/PLIF")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--head-only", action="store_true", help="skip the full-model steps")
     parser.add_argument("--shapes", choices=sorted(CONFIG_FOLDERS), default="ptb",
                         help="the sizes of configs/ptb/ (default) or of the miniature configs/ptb_mini/")
-    parser.add_argument("--mos-components", type=int, metavar="K",
+    parser.add_argument("--mos-components", type=integer_at_least_1, metavar="K",
                         help="MoS with K components instead of its config's")
     args = parser.parse_args()
-    if args.mos_components is not None and args.mos_components < 1:
-        parser.error(f"--mos-components: expected an integer >= 1, got {args.mos_components}")
 
     if args.threads:
         torch.set_num_threads(args.threads)

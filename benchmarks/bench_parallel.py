@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import TrainerStep, median_step, run_benchmark  # noqa: E402
 from data import load_corpus  # noqa: E402
+from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.distributed import World, exit_process  # noqa: E402
 
@@ -131,20 +132,20 @@ def ddp_step_seconds(n: int, args, env: dict) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:I (DDP uses GPUs 0..N-1)")
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
     parser.add_argument("--shapes", choices=("tiny", "config"),
                         help=f"tiny: {' '.join(TINY)}; config: the config's (default: tiny on the CPU)")
-    parser.add_argument("--concurrent", type=int, nargs="*", default=[1, 2, 4], metavar="K",
+    parser.add_argument("--concurrent", type=integer_at_least_1, nargs="*", default=[1, 2, 4], metavar="K",
                         help="numbers of concurrent runs to time (none: skip)")
-    parser.add_argument("--ddp", type=int, nargs="*", default=[1, 2], metavar="N",
+    parser.add_argument("--ddp", type=integer_at_least_1, nargs="*", default=[1, 2], metavar="N",
                         help="DDP world sizes to time (none: skip)")
-    parser.add_argument("--jobs-vs-threads", type=int, metavar="C",
+    parser.add_argument("--jobs-vs-threads", type=integer_at_least_1, metavar="C",
                         help="also time C runs at 1 thread each against 1 run at C threads")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps of each process (median)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each process")
+    parser.add_argument("--steps", type=integer_at_least_1, default=20, help="timed steps of each process (median)")
+    parser.add_argument("--warmup", type=integer_at_least_0, default=3)
+    parser.add_argument("--threads", type=integer_at_least_1, default=1, help="CPU threads of each process")
     parser.add_argument("--worker", choices=("concurrent", "ddp"), help=argparse.SUPPRESS)
     parser.add_argument("--go", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="key=value config overrides (after --shapes')")

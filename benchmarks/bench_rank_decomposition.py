@@ -45,6 +45,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
+
 GENERATION_CHUNK = 1024  # rows per generated chunk: fixes the matrix independently of block sizes
 LINEAR_RANK = 400  # d_emb of the Softmax head: rank 402 log-P
 NONLINEAR_RANK = 64
@@ -136,17 +138,17 @@ def launch(method: str, args: argparse.Namespace, folder: Path) -> tuple[dict, n
     out = folder / f"{method}.npy"
     command = [sys.executable, __file__, "--worker", method, "--out", str(out),
                "--rows", str(args.rows), "--cols", str(args.cols), "--seed", str(args.seed)]
-    if args.block_rows:
+    if args.block_rows is not None:
         command += ["--block-rows", str(args.block_rows)]
     done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)  # stderr shown
     return json.loads(done.stdout.strip().splitlines()[-1]), np.load(out)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=82_430)
-    parser.add_argument("--cols", type=int, default=10_000)
-    parser.add_argument("--block-rows", type=int, default=None,
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=integer_at_least_1, default=82_430)
+    parser.add_argument("--cols", type=integer_at_least_1, default=10_000)
+    parser.add_argument("--block-rows", type=integer_at_least_1, default=None,
                         help="rows per R update of the streaming method (library default if unset)")
     parser.add_argument("--skip-numpy", action="store_true", help="run the streaming method only")
     parser.add_argument("--seed", type=int, default=0)

@@ -15,7 +15,6 @@ and divided by the AWD step.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import resource
@@ -33,6 +32,7 @@ import train  # noqa: E402
 from benchmarks.common import TrainerStep, interleaved_times, medians, run_benchmark, timed  # noqa: E402
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
+from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
@@ -67,10 +67,10 @@ def guard_rail_times(awd_step: TrainerStep, reps: int, device: torch.device) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
-    parser.add_argument("--steps", type=int, default=15, help="timed steps of each model (median)")
-    parser.add_argument("--eval-tokens", type=int, default=3500, help="test tokens for eval throughput")
+    parser.add_argument("--steps", type=integer_at_least_1, default=15, help="timed steps of each model (median)")
+    parser.add_argument("--eval-tokens", type=integer_at_least_1, default=3500, help="test tokens for eval throughput")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
     parser.add_argument("--glibc-default-malloc", action="store_true",
                         help="leave glibc's malloc as it is (train.py keeps freed memory in the heap): "

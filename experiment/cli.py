@@ -7,6 +7,7 @@ save and to say how to go on, and so does sweep.py."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -29,6 +30,27 @@ def add_corpus_arguments(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument("--allow-modified-corpus", action="store_true",
                         help="read split files that are not the published ones (a run trained with "
                              "data.allow_modified_corpus=true reads them without it)")
+
+
+def number_at_least(kind, lowest, what: str, strict: bool = False):
+    """An argparse type: a finite `kind` (int or float) >= lowest (> lowest if strict), else one
+    line naming `what` was expected, e.g. number_at_least(int, 1, "an integer >= 1") for a count
+    of steps (0 steps was a traceback from deep in the scripts that take a median of them)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value) or value < lowest or (strict and value == lowest):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    return parse
+
+
+# The argparse types of counts: steps, repetitions, tokens, sizes (at least 1) and untimed warm-up
+# steps (at least 0).
+integer_at_least_1 = number_at_least(int, 1, "an integer >= 1")
+integer_at_least_0 = number_at_least(int, 0, "an integer >= 0")
 
 
 def seed_argument(text: str) -> int:

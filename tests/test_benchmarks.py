@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from benchmarks.common import TrainerStep
@@ -97,3 +98,26 @@ def test_bench_group_cpu_pair_training_trains_the_pair_both_ways_with_train_py(s
     two, pair, ratio = (float(g.replace(",", "")) for g in found.groups())
     assert two > 0 and pair > 0 and abs(pair / two - ratio) < 0.01
     assert "seeds 1 and 2, 3 steps each, 1 round): the group" in out
+
+
+# A count of 0 was a traceback from statistics.median of no times (--steps, --reps), from batchify
+# (--eval-tokens, --tokens), a ZeroDivisionError (--concurrent 0) or a worker's CalledProcessError
+# (--rows 0); 0 for an option read as "unset" where it was tested for truth (--jobs-vs-threads,
+# --block-rows) was silently ignored.
+BAD_COUNTS = [
+    ("bench_step.py", "--steps", "0"), ("bench_step.py", "--eval-tokens", "0"),
+    ("bench_heads.py", "--reps", "0"), ("bench_heads.py", "--warmup", "-1"),
+    ("bench_parallel.py", "--concurrent", "0"), ("bench_parallel.py", "--jobs-vs-threads", "0"),
+    ("bench_eval_methods.py", "--ms-batches", "0"), ("bench_eval_methods.py", "--tokens", "0"),
+    ("bench_rank_decomposition.py", "--rows", "0"), ("bench_rank_decomposition.py", "--block-rows", "0"),
+    ("bench_group.py", "--groups", "0"),
+]
+
+
+@pytest.mark.parametrize("script, option, value", BAD_COUNTS)
+def test_a_benchmarks_count_below_its_least_is_one_line_and_exit_2(script, option, value):
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", option, value], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    least = 0 if option == "--warmup" else 1
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"{script}: error: argument {option}: expected an integer >= {least}, got '{value}'\n"
