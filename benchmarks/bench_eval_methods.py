@@ -29,7 +29,7 @@ from evaluation import cache, dynamic  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
-from experiment.loading import set_float32_precision  # noqa: E402
+from experiment.loading import select_device, set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 
 
@@ -38,10 +38,10 @@ def main() -> None:
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
     parser.add_argument("--tokens", type=integer_at_least_1, default=5000, help="test tokens read by each method")
     parser.add_argument("--ms-batches", type=integer_at_least_1, default=20, help="training batches timed for the statistics")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     args = parser.parse_args()
 
-    device = torch.device(args.device)
+    device = select_device(args.device, "--device")
     config = load_config(args.config)
     corpus = load_corpus(config.data.dataset)
     set_float32_precision(False)            # evaluate.py evaluates in IEEE float32

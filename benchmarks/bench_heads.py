@@ -56,6 +56,7 @@ from benchmarks.common import TrainerStep, interleaved_times, medians, run_bench
 from data import load_corpus  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
+from experiment.loading import select_device  # noqa: E402
 from model.heads import HEADS  # noqa: E402
 
 
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--reps", type=integer_at_least_1, default=5, help="timed steps per head (median)")
     parser.add_argument("--warmup", type=integer_at_least_0, default=2, help="untimed steps per head first "
                         "(the first compiled step compiles)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--threads", type=integer_at_least_1, default=None, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="eager kernels for SS/GSS/PLIF")
     parser.add_argument("--seed", type=int, default=0)
@@ -187,7 +188,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
+    device = select_device(args.device, "--device")
     setups = setups_of(args.shapes, not args.no_compile, args.mos_components)
     names = args.heads.split(",")
     unknown = [n for n in names if n not in setups]

@@ -43,6 +43,7 @@ from data import load_corpus  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.distributed import World, exit_process  # noqa: E402
+from experiment.loading import select_device  # noqa: E402
 
 TINY = ["model.emsize=64", "model.nhid=128", "model.nhidlast=64", "train.batch_size=8", "train.bptt=35"]
 
@@ -133,7 +134,7 @@ def ddp_step_seconds(n: int, args, env: dict) -> float:
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:I (DDP uses GPUs 0..N-1)")
+    parser.add_argument("--device", default="cpu", help="cpu, auto (CUDA when present), or cuda / cuda:I (DDP uses GPUs 0..N-1)")
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
     parser.add_argument("--shapes", choices=("tiny", "config"),
                         help=f"tiny: {' '.join(TINY)}; config: the config's (default: tiny on the CPU)")
@@ -154,6 +155,8 @@ def main() -> None:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         (concurrent_worker if args.worker == "concurrent" else ddp_worker)(args)
         return
+    # Checked here, not in the workers, whose failure would end this in their traceback.
+    args.device = str(select_device(args.device, "--device"))
     shapes = args.shapes or ("tiny" if args.device == "cpu" else "config")
     args.overrides = (TINY if shapes == "tiny" else []) + args.overrides
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}

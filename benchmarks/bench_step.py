@@ -33,7 +33,7 @@ from benchmarks.common import TrainerStep, interleaved_times, medians, run_bench
 from data import load_corpus  # noqa: E402
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
-from experiment.config import ConfigError, load_config  # noqa: E402
+from experiment.config import load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import select_device  # noqa: E402
 
@@ -78,10 +78,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
-    try:
-        device = select_device(args.device, "--device")
-    except ConfigError as e:
-        raise SystemExit(f"error: {e}")
+    device = select_device(args.device, "--device")        # bad input: run_benchmark's one line, exit 2
     corpus = load_corpus(load_config(args.config, args.overrides).data.dataset)
     awd_step = TrainerStep(args.config, corpus, device, args.overrides,
                            keep_freed_memory=not args.glibc_default_malloc)

@@ -30,10 +30,18 @@ def test_the_timed_step_uses_the_configs_float32_settings(small_data):
         set_float32_precision(False)
 
 
-def test_bench_step_takes_a_device():
-    proc = subprocess.run([sys.executable, "benchmarks/bench_step.py", "--device", "gpu"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --device: expected")
+# bench_heads, bench_parallel and bench_eval_methods gave --device to torch.device as it was: a
+# traceback (in bench_parallel's, from inside its worker) for a name torch does not know or a
+# CUDA device this machine does not have.
+@pytest.mark.parametrize("script", ["bench_step.py", "bench_heads.py", "bench_parallel.py", "bench_eval_methods.py"])
+def test_a_benchmark_takes_a_device(script):
+    for device, message in (("gpu", "expected auto, cpu, mps, cuda or cuda:N"),
+                            (f"cuda:{torch.cuda.device_count()}", "requested but")):
+        proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--device", device], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith(f"error: --device: ") and message in proc.stderr
+        assert proc.stderr.count("\n") == 1
 
 
 def test_a_benchmarks_bad_input_is_one_line_and_exit_2():
