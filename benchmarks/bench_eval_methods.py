@@ -22,8 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import run_benchmark, timed  # noqa: E402
-from data import load_corpus  # noqa: E402
+from benchmarks.common import corpus_of, run_benchmark, timed  # noqa: E402
 from data.batching import batchify  # noqa: E402
 from evaluation import cache, dynamic  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
@@ -43,7 +42,7 @@ def main() -> None:
 
     device = select_device(args.device, "--device")
     config = load_config(args.config)
-    corpus = load_corpus(config.data.dataset)
+    corpus = corpus_of(config)
     set_float32_precision(False)            # evaluate.py evaluates in IEEE float32
     torch.manual_seed(0)
     model = build_model(config, corpus.vocab_size).to(device).eval()

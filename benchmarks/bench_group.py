@@ -74,8 +74,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import (GroupStep, TrainerStep, interleaved_times, median_step, medians,  # noqa: E402
-                               run_benchmark)
+from benchmarks.common import (GroupStep, TrainerStep, corpus_of, interleaved_times, median_step,  # noqa: E402
+                               medians, run_benchmark)
 from data.corpus import Corpus  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
@@ -146,10 +146,9 @@ def cpu_pair(args) -> None:
     import os
     from argparse import Namespace
     from benchmarks.bench_parallel import concurrent_runs
-    from data import load_corpus
     config = SHAPES["mini"][0]
     device = torch.device("cpu")
-    corpus = load_corpus("ptb")
+    corpus = corpus_of(load_config(config, args.overrides))   # as the two processes read it
     torch.set_num_threads(2)
     groups = {"side by side": GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=2),
               "one after another": GroupStep([(config, args.overrides)] * 2, corpus, device, "solo", threads=1)}

@@ -38,8 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import TrainerStep, median_step, run_benchmark  # noqa: E402
-from data import load_corpus  # noqa: E402
+from benchmarks.common import TrainerStep, corpus_of, median_step, run_benchmark  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from experiment.distributed import World, exit_process  # noqa: E402
@@ -49,9 +48,7 @@ TINY = ["model.emsize=64", "model.nhid=128", "model.nhidlast=64", "train.batch_s
 
 
 def built_step(args, device: torch.device, world: World | None = None) -> TrainerStep:
-    config = load_config(args.config, args.overrides)
-    corpus = load_corpus(config.data.dataset, config.data.data_dir,
-                         allow_modified=config.data.allow_modified_corpus)
+    corpus = corpus_of(load_config(args.config, args.overrides))
     step = TrainerStep(args.config, corpus, device, args.overrides, world)
     for _ in range(args.warmup):
         step()

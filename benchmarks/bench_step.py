@@ -29,8 +29,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import train  # noqa: E402
-from benchmarks.common import TrainerStep, interleaved_times, medians, run_benchmark, timed  # noqa: E402
-from data import load_corpus  # noqa: E402
+from benchmarks.common import (TrainerStep, corpus_of, interleaved_times, medians, run_benchmark,  # noqa: E402
+                               timed)
 from data.batching import batchify, get_batch  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
@@ -79,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
 
     device = select_device(args.device, "--device")        # bad input: run_benchmark's one line, exit 2
-    corpus = load_corpus(load_config(args.config, args.overrides).data.dataset)
+    corpus = corpus_of(load_config(args.config, args.overrides))
     awd_step = TrainerStep(args.config, corpus, device, args.overrides,
                            keep_freed_memory=not args.glibc_default_malloc)
     config, model = awd_step.config, awd_step.model

@@ -15,6 +15,7 @@ import train  # noqa: E402
 from data.download import DataError  # noqa: E402
 from experiment.config import ConfigError, load_config  # noqa: E402
 from experiment.loading import keep_freed_host_memory, set_float32_precision  # noqa: E402
+from data import load_corpus  # noqa: E402
 from model import build_model, word_counts  # noqa: E402
 
 
@@ -26,6 +27,13 @@ def run_benchmark(main) -> None:
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def corpus_of(config):
+    """The corpus of a loaded config as train.py reads it: from its data.data_dir (else
+    AWD_DATA_DIR, else corpora/), with its data.allow_modified_corpus, so that a benchmark given
+    `data.data_dir=DIR` reads DIR (it read AWD_DATA_DIR, the override silently left out)."""
+    return load_corpus(config.data.dataset, config.data.data_dir, allow_modified=config.data.allow_modified_corpus)
 
 
 def bench_trainer(config_path: str, corpus, device: torch.device, overrides=(), world=None,

@@ -1,6 +1,8 @@
 """The benchmarks time what training runs: train.py's float32 settings, on the device asked for."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +131,24 @@ def test_a_benchmarks_count_below_its_least_is_one_line_and_exit_2(script, optio
     least = 0 if option == "--warmup" else 1
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"{script}: error: argument {option}: expected an integer >= {least}, got '{value}'\n"
+
+
+@pytest.mark.parametrize("script, options", [
+    ("bench_step.py", ["--steps", "1", "--eval-tokens", "20"]),
+    ("bench_eval_methods.py", ["--tokens", "20", "--ms-batches", "1"]),
+])
+def test_a_benchmark_reads_the_corpus_of_its_config(script, options, small_data, tmp_path):
+    """bench_step and bench_eval_methods read the corpus from $AWD_DATA_DIR whatever the config's
+    data.data_dir said (an override of it silently left out): here $AWD_DATA_DIR has no corpus."""
+    from conftest import TINY
+    config = tmp_path / "tiny.yaml"                 # bench_eval_methods takes no overrides
+    config.write_text(f"base: {REPO / 'configs/ptb_mini/softmax.yaml'}\ndata:\n  data_dir: {small_data}\n"
+                      "  allow_modified_corpus: true\n")
+    overrides = [o for o in TINY if not o.startswith("run.")] if script == "bench_step.py" else []
+    empty = tmp_path / "no-corpora"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--config", str(config), "--device", "cpu",
+                           *options, *overrides], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "AWD_DATA_DIR": str(empty), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])
