@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             Path(args.out).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         except OSError as e:
             print(f"error: --out {args.out}: cannot write ({e.strerror})", file=sys.stderr)
-            return 2
+            return 1                    # a failed write, as evaluate.py's and rank.py's: error_exit_code
     return 0
 
 

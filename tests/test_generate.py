@@ -2,6 +2,8 @@
 seed; nothing written into the run directory; bad input is one line and exit 2."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import generate
@@ -77,6 +79,13 @@ def test_an_out_that_cannot_be_written_is_refused_before_sampling(tiny_run, tmp_
                          (tmp_path, f"--out {tmp_path}: a folder; expected a file name")):
         assert generate.main([str(tiny_run), "--words", "12", "--out", str(out)]) == 2
         assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full, where every write fails")
+def test_an_out_whose_write_fails_is_one_line_and_exit_1(tiny_run, capsys):
+    # exit 2 before, as for bad input; a write that fails is exit 1 in every other script
+    assert generate.main([str(tiny_run), "--words", "3", "--out", "/dev/full"]) == 1
+    assert capsys.readouterr().err == "error: --out /dev/full: cannot write (No space left on device)\n"
 
 
 def test_an_out_that_would_replace_a_file_of_the_run_is_refused(tiny_run, tmp_path, monkeypatch, capsys):
