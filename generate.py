@@ -55,7 +55,7 @@ def sample(model, vocab: list[str], words: int, temperature: float, generator: t
         word = torch.multinomial(weights.to(generator.device), 1, generator=generator).view(1, 1).to(device)
         token = vocab[word.item()]
         out.append("\n" if token == "<eos>" else token + " ")
-    return "".join(out)
+    return "".join(out).replace(" \n", "\n")     # no space left at the end of a line
 
 
 def check_writable(out: Path) -> None:

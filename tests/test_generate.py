@@ -70,6 +70,8 @@ def test_the_text_goes_to_out_too(tiny_run, tmp_path, capsys):
     text = printed[:-1]                                   # print's own newline
     # the file holds the text, ending in one newline (the text's own where it ends a line)
     assert out.read_text() == (text if text.endswith("\n") else text + "\n")
+    # each word followed by a space, <eos> by a line break: a space was left at every line's end
+    assert "\n" in text and not any(line.endswith(" ") for line in text.splitlines())
 
 
 def test_an_out_that_cannot_be_written_is_refused_before_sampling(tiny_run, tmp_path, monkeypatch, capsys):
