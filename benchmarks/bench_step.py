@@ -35,7 +35,7 @@ from data.batching import batchify, get_batch  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
 from experiment.config import load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
-from experiment.loading import select_device  # noqa: E402
+from experiment.loading import select_device, set_float32_precision  # noqa: E402
 
 
 class PlainLSTMModel(nn.Module):
@@ -110,6 +110,7 @@ def main() -> None:
 
     checks_s = statistics.median(guard_rail_times(awd_step, args.steps, device))
 
+    set_float32_precision(False)        # evaluate.py evaluates in IEEE float32, whatever run.tf32 trained with
     test = batchify(corpus.test[: args.eval_tokens + 1], 1, device)
     seconds = timed(lambda: evaluate_nll(model, test, t.bptt), device)
     result = {

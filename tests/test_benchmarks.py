@@ -152,3 +152,26 @@ def test_a_benchmark_reads_the_corpus_of_its_config(script, options, small_data,
                           env={**os.environ, "AWD_DATA_DIR": str(empty), "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_bench_step_times_evaluation_in_ieee_float32(small_data, monkeypatch):
+    """The training steps with the config's run.tf32, the evaluation without it, as evaluate.py
+    runs it: with run.tf32=true the evaluation was timed in TensorFloat-32 too."""
+    from benchmarks import bench_step
+    from conftest import TINY
+    tf32_in_evaluation = []
+
+    def evaluate_nll(*args, **kwargs):
+        tf32_in_evaluation.append(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32)
+        return 0.0
+
+    monkeypatch.setattr(bench_step, "evaluate_nll", evaluate_nll)
+    overrides = [o for o in TINY if not o.startswith("run.")]
+    monkeypatch.setattr(sys, "argv", ["bench_step.py", "--config", "configs/ptb_mini/softmax.yaml", "--steps", "1",
+                                      "--eval-tokens", "20", f"data.data_dir={small_data}", "run.tf32=true",
+                                      *overrides])
+    try:
+        bench_step.main()
+    finally:
+        set_float32_precision(False)
+    assert tf32_in_evaluation == [False]
