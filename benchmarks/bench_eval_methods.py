@@ -69,13 +69,17 @@ def main() -> None:
           f"{config.head_name} on {config.data.dataset}, {tokens:,} test tokens at batch size 1")
     for name, rate in rates.items():
         print(f"{name:10s} {rate:9,.0f} tokens/s   {rate / rates['plain']:6.3f}x plain")
-    per_batch = ms_seconds / args.ms_batches
+    # The batches read: fewer than --ms-batches where the split has fewer (divided by the number
+    # asked, a shorter split's time per batch came out too small).
+    timed_batches = statistics[0].batches
+    per_batch = ms_seconds / timed_batches
     full = dynamic.training_batches(corpus.train, dataclasses.replace(dynamic_settings, ms_batches=None))
     print(f"gradient statistics: {per_batch * 1e3:.1f} ms per training batch of "
-          f"{dynamic_settings.ms_batch_size} x {dynamic_settings.bptt}; the whole training split "
-          f"({full:,} batches) about {per_batch * full / 60:.1f} min")
+          f"{dynamic_settings.ms_batch_size} x {dynamic_settings.bptt} ({timed_batches:,} timed); the whole "
+          f"training split ({full:,} batches) about {per_batch * full / 60:.1f} min")
     print(json.dumps({**{f"{k}_tokens_per_s": round(v, 1) for k, v in rates.items()},
-                      "ms_seconds_per_batch": round(per_batch, 4), "ms_batches_full": full}))
+                      "ms_seconds_per_batch": round(per_batch, 4), "ms_batches_timed": timed_batches,
+                      "ms_batches_full": full}))
 
 
 if __name__ == "__main__":
