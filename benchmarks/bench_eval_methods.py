@@ -26,7 +26,7 @@ from benchmarks.common import corpus_of, run_benchmark, timed  # noqa: E402
 from data.batching import batchify  # noqa: E402
 from evaluation import cache, dynamic  # noqa: E402
 from experiment.cli import ArgumentParser, integer_at_least_1  # noqa: E402
-from experiment.config import load_config  # noqa: E402
+from experiment.config import ConfigError, load_config  # noqa: E402
 from evaluation.loop import evaluate_nll  # noqa: E402
 from experiment.loading import select_device, set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
@@ -35,7 +35,9 @@ from model import build_model  # noqa: E402
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/ptb/softmax.yaml")
-    parser.add_argument("--tokens", type=integer_at_least_1, default=5000, help="test tokens read by each method")
+    parser.add_argument("--tokens", type=integer_at_least_1, default=5000,
+                        help="test tokens read by each method (more than the cache's window + 1: 501 on "
+                             "PTB, 3,786 on WikiText-2)")
     parser.add_argument("--ms-batches", type=integer_at_least_1, default=20, help="training batches timed for the statistics")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     args = parser.parse_args()
@@ -51,6 +53,14 @@ def main() -> None:
     cache_settings = cache.PUBLISHED[config.data.dataset]
     dynamic_settings = dataclasses.replace(dynamic.PUBLISHED[config.data.dataset],
                                            ms_batches=args.ms_batches)
+    mixed = cache.positions_mixed(tokens, cache_settings.window, cache_settings.bptt, cache_settings.start)
+    if mixed == 0:      # the cache's timing would be plain evaluation's, under the cache's name
+        least = cache_settings.window + 1
+        fix = (f"give more than {least}" if tokens == args.tokens else
+               f"the config's test split has only {tokens:,}: give a config whose corpus has more")
+        raise ConfigError(f"--tokens {args.tokens}: the cache (window {cache_settings.window}) is used only "
+                          f"after {least} positions, so a text of {tokens:,} would time plain evaluation "
+                          f"under the cache's name; {fix}")
 
     warm = source[:200]                       # first calls pay one-time allocation costs
     evaluate_nll(model, warm, config.train.bptt)

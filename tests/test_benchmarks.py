@@ -135,14 +135,14 @@ def test_a_benchmarks_count_below_its_least_is_one_line_and_exit_2(script, optio
 
 @pytest.mark.parametrize("script, options", [
     ("bench_step.py", ["--steps", "1", "--eval-tokens", "20"]),
-    ("bench_eval_methods.py", ["--tokens", "20", "--ms-batches", "1000"]),
+    ("bench_eval_methods.py", ["--tokens", "600", "--ms-batches", "1000"]),   # the cache: > 501
 ])
-def test_a_benchmark_reads_the_corpus_of_its_config(script, options, small_data, tmp_path):
+def test_a_benchmark_reads_the_corpus_of_its_config(script, options, ptb_slice, tmp_path):
     """bench_step and bench_eval_methods read the corpus from $AWD_DATA_DIR whatever the config's
     data.data_dir said (an override of it silently left out): here $AWD_DATA_DIR has no corpus."""
     from conftest import TINY
     config = tmp_path / "tiny.yaml"                 # bench_eval_methods takes no overrides
-    config.write_text(f"base: {REPO / 'configs/ptb_mini/softmax.yaml'}\ndata:\n  data_dir: {small_data}\n"
+    config.write_text(f"base: {REPO / 'configs/ptb_mini/softmax.yaml'}\ndata:\n  data_dir: {ptb_slice}\n"
                       "  allow_modified_corpus: true\n")
     overrides = [o for o in TINY if not o.startswith("run.")] if script == "bench_step.py" else []
     empty = tmp_path / "no-corpora"
@@ -179,3 +179,21 @@ def test_bench_step_times_evaluation_in_ieee_float32(small_data, monkeypatch):
     finally:
         set_float32_precision(False)
     assert tf32_in_evaluation == [False]
+
+
+@pytest.mark.parametrize("tokens, fix", [("100", "give more than 501"),
+                                         ("5000", "the config's test split has only 249: give a config whose "
+                                                  "corpus has more")])
+def test_bench_eval_methods_refuses_a_text_too_short_for_the_cache(tokens, fix, small_data, tmp_path):
+    """With at most the cache's window + 1 test tokens (501 on PTB) the cache is never mixed in, and
+    its tokens/s was plain evaluation's under the cache's name."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"base: {REPO / 'configs/ptb_mini/softmax.yaml'}\ndata:\n  data_dir: {small_data}\n"
+                      "  allow_modified_corpus: true\n")
+    proc = subprocess.run([sys.executable, "benchmarks/bench_eval_methods.py", "--config", str(config),
+                           "--device", "cpu", "--tokens", tokens], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    read = min(int(tokens), 249)                  # the fixture's test split: 249 tokens
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"error: --tokens {tokens}: the cache (window 500) is used only after 501 positions, "
+                           f"so a text of {read} would time plain evaluation under the cache's name; {fix}\n")
