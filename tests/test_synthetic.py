@@ -644,15 +644,16 @@ def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, mon
     commands = [shlex.split(line, comments=True)[2:] for line in page.splitlines()
                 if line.startswith("python synthetic.py")]
     assert len(commands) >= 5
-    for argv in commands:
+    for number, argv in enumerate(commands):
         argv = [a for a in argv if a not in ("--json",)]
+        out = str(tmp_path / f"out{number}")        # each its own: an --out holds one grid's fits
         if "--out" in argv:
-            argv[argv.index("--out") + 1] = str(tmp_path / "out")
+            argv[argv.index("--out") + 1] = out
         if "--from-csv" in argv:
             assert synthetic.parse_args(argv).from_csv
             continue
         with pytest.raises(Fitting):
-            synthetic.main([*argv, "--out", str(tmp_path / "out")])
+            synthetic.main([*argv, "--out", out])
 
 
 @pytest.mark.parametrize("folder, heading", [
