@@ -1,7 +1,10 @@
 """The synthetic experiment's outputs: a Markdown table, a CSV and the paper's two figures.
 
 A row is one fitted cell (alpha, M, D, head, seed). The table and figures show the mean over
-seeds; the CSV keeps every row.
+seeds; the CSV keeps every row. Where a cell has two seeds or more, the table is followed by the
+heads' differences paired by seed (a seed draws P* and every head's starting point, so two heads'
+fits of one seed face the same problem): each head against the Linear-Softmax, and the leader of
+each metric against the head next to it, with a 95% t interval over the seeds' differences.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 from statistics import mean
 
 from analysis.figures import pyplot, save
+from analysis.stats import combination
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,82 @@ def _grouped(rows: list[Row]):
     return groups
 
 
+def _seeds(cell: list[Row]) -> str:
+    return ", ".join(str(s) for s in sorted(r.seed for r in cell))
+
+
+def _paired(a: list[Row], b: list[Row], metric: str, digits: int) -> tuple[int, str]:
+    """mean over the seeds both cells have of a's metric minus b's, with its 95% t interval
+    (analysis.stats.combination of one sample: the seeds' differences); (n, text)."""
+    of_b = {r.seed: getattr(r, metric) for r in b}
+    differences = [getattr(r, metric) - of_b[r.seed] for r in a if r.seed in of_b]
+    if not differences:
+        return 0, "no seed in common"
+    estimate = combination([differences], [1.0])
+    text = f"{estimate.value:+.{digits}f}"
+    if estimate.why_not:
+        return len(differences), f"{text} ({estimate.why_not}: no interval)"
+    return len(differences), f"{text} [{estimate.low:+.{digits}f}, {estimate.high:+.{digits}f}]"
+
+
+# A metric's name in the paired tables, its digits, and which way is better.
+PAIRED_METRICS = (("mode_match", "mode %", 1, max), ("kl", "KL", 4, min))
+
+
+def paired_tables(groups: dict, heads: list[str], labels: dict, alpha: float, words: int,
+                  dims: list[int]) -> list[str]:
+    """The lines of the two paired tables of one (alpha, M) (module doc), or none where no cell
+    has two seeds."""
+    seeded = [d for d in dims if sum(len(groups.get((alpha, words, d, h), [])) > 1 for h in heads) > 1]
+    if not seeded:
+        return []
+    single = [d for d in dims if d not in seeded]
+    lines = ["Differences paired by seed (one seed draws P* and every head's start), mean over the "
+             "seeds two cells share with its 95% t interval, each interval alone (not adjusted for "
+             "the others); KL in nats, mode % in points"
+             + (f"; D = {', '.join(map(str, single))}: one seed, no interval" if single else "") + ":", ""]
+    dims = seeded
+    if "softmax" in heads:
+        others = [h for h in heads if h != "softmax"]
+        lines += ["| D | n | " + " | ".join(f"{labels[h]} mode % - Softmax's | {labels[h]} KL - Softmax's"
+                                          for h in others) + " |",
+                  "|---:|---:|" + "---:|---:|" * len(others)]
+        for dim in dims:
+            base = groups.get((alpha, words, dim, "softmax"))
+            if not base:
+                continue
+            cells, sizes = [], set()
+            for h in others:
+                for metric, _, digits, _ in PAIRED_METRICS:
+                    n, text = _paired(groups.get((alpha, words, dim, h), []), base, metric, digits)
+                    cells.append(text if n else "")
+                    sizes.add(n) if n else None
+            lines.append(f"| {dim} | {', '.join(map(str, sorted(sizes)))} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| D | n | most modes matched | next | ahead by (points) | lowest KL | next | below by (nats) |",
+              "|---:|---:|---|---|---:|---|---|---:|"]
+    for dim in dims:
+        cells = {h: groups[(alpha, words, dim, h)] for h in heads if groups.get((alpha, words, dim, h))}
+        if len(cells) < 2:
+            continue
+        line, sizes = [], set()
+        for metric, _, digits, best in PAIRED_METRICS:
+            order = sorted(cells, key=lambda h: mean(getattr(r, metric) for r in cells[h]),
+                           reverse=best is max)
+            n, text = _paired(cells[order[0]], cells[order[1]], metric, digits)
+            sizes.add(n)
+            line += [labels[order[0]], labels[order[1]], text]
+        lines.append(f"| {dim} | {', '.join(map(str, sorted(sizes)))} | " + " | ".join(line) + " |")
+    return lines + [""]
+
+
 def to_markdown(rows: list[Row]) -> str:
-    """One table per (alpha, M): a line per D, a column pair (mode match, KL) per head.
-    The best value of each metric on a line is in bold; `*` marks a mean over fits of which
-    at least one stopped at the step limit rather than by the convergence rule. A table of fits
-    with a trained decoder bias says so in its heading."""
+    """One table per (alpha, M): a line per D, a column pair (mode match, KL) per head, and a
+    seeds column where the cells' seeds differ. The best value of each metric on a line is in
+    bold; `*` marks a mean over fits of which at least one stopped at the step limit rather than
+    by the convergence rule. A table of fits with a trained decoder bias says so in its heading.
+    Where a cell has two seeds or more, the paired differences follow (paired_tables); a table
+    of one seed says that its differences have no interval."""
     groups = _grouped(rows)
     heads = list(dict.fromkeys(row.head for row in rows))
     labels = {row.head: row.label for row in rows}
@@ -99,19 +174,25 @@ def to_markdown(rows: list[Row]) -> str:
         seeds = sorted({r.seed for r in rows if r.alpha == alpha and r.words == words})
         contexts = sorted({r.contexts for r in rows if r.alpha == alpha and r.words == words})
         biased = any(r.decoder_bias for r in rows if r.alpha == alpha and r.words == words)
+        dims = sorted({r.dim for r in rows if r.alpha == alpha and r.words == words})
+        cell_seeds = {_seeds(g) for (a, m, _, _), g in groups.items() if (a, m) == (alpha, words)}
+        mixed = len(cell_seeds) > 1         # some cells have other seeds than others: say each line's
         lines += [f"### alpha = {alpha:g}, M = {words:,}, N = "
                   f"{', '.join(f'{n:,}' for n in contexts)}, seeds {', '.join(map(str, seeds))}"
                   + (f", {BIAS_NOTE}" if biased else ""),
                   "",
-                  "| D | " + " | ".join(f"{labels[h]} mode % | {labels[h]} KL" for h in heads) + " |",
-                  "|---:|" + "---:|---:|" * len(heads)]
-        for dim in sorted({r.dim for r in rows if r.alpha == alpha and r.words == words}):
+                  "| D | " + ("seeds | " if mixed else "")
+                  + " | ".join(f"{labels[h]} mode % | {labels[h]} KL" for h in heads) + " |",
+                  "|---:|" + ("---|" if mixed else "") + "---:|---:|" * len(heads)]
+        for dim in dims:
             cells = {h: groups.get((alpha, words, dim, h)) for h in heads}
             means = {h: (mean(r.mode_match for r in g), mean(r.kl for r in g),
                          all(r.converged for r in g)) for h, g in cells.items() if g}
             best_mode = max(m for m, _, _ in means.values())
             best_kl = min(k for _, k, _ in means.values())
             line = [str(dim)]
+            if mixed:
+                line.append(" / ".join(dict.fromkeys(_seeds(g) for g in cells.values() if g)))
             for h in heads:
                 if h not in means:
                     line += ["", ""]
@@ -122,6 +203,9 @@ def to_markdown(rows: list[Row]) -> str:
                 line.append((f"**{kl:.3f}**" if kl == best_kl else f"{kl:.3f}") + star)
             lines.append("| " + " | ".join(line) + " |")
         lines.append("")
+        paired = paired_tables(groups, heads, labels, alpha, words, dims)
+        lines += paired or ["One seed per cell: no difference between two heads here has an interval, "
+                            "and none is resolved by this table alone.", ""]
     if any(not r.converged for r in rows):
         lines.append("`*`: at least one fit in this mean stopped at the step limit (not converged).")
     return "\n".join(lines).rstrip() + "\n"

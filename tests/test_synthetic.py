@@ -285,6 +285,37 @@ def test_markdown_table_marks_best_and_unconverged():
     assert "`*`: at least one fit" in text
 
 
+def test_the_heads_differences_are_paired_by_seed_with_their_t_intervals():
+    """One seed gave the guide's differences between heads (0.0006 nats) without an interval;
+    with seeds, each head against the Linear-Softmax and each metric's leader against the next
+    head come paired by seed, with a 95% t interval (t(0.975, 2) = 4.3027)."""
+    def row(dim, head, seed, mode, kl):
+        label = {"softmax": "Softmax", "lms": "LMS", "mos": "MoS"}[head]
+        return Row(0.1, 50, dim, 40, head, label, seed, mode, kl, 20, True, 0.1, False)
+    rows = []
+    for seed, (sm, lms, mos) in enumerate([(10.0, 20.0, 15.0), (11.0, 23.0, 16.0), (12.0, 26.0, 17.0)]):
+        rows += [row(4, "softmax", seed, sm, 1.5), row(4, "lms", seed, lms, 1.2 - 0.01 * seed),
+                 row(4, "mos", seed, mos, 1.3)]
+    rows += [row(8, "softmax", 0, 20.0, 1.0), row(8, "lms", 0, 25.0, 0.9), row(8, "mos", 0, 22.0, 0.95)]
+    text = to_markdown(rows)
+    # lms - softmax by seed: 10, 12, 14 (mean 12, sd 2): 12 +- 4.3027 * 2 / sqrt(3) = [7.0, 17.0]
+    half = 4.302652729911275 * 2 / math.sqrt(3)
+    assert (f"| 4 | 3 | +12.0 [{12 - half:+.1f}, {12 + half:+.1f}] | "
+            f"-0.3100 [{-0.31 - half / 200:+.4f}, {-0.31 + half / 200:+.4f}] | "
+            f"+5.0 (no spread: no interval) | -0.2000 (no spread: no interval) |") in text
+    assert "| D | seeds | Softmax mode % |" in text and "| 4 | 0, 1, 2 | " in text and "| 8 | 0 | " in text
+    assert "; D = 8: one seed, no interval:" in text and "\n| 8 | 1 | " not in text
+    # the leaders: LMS ahead of MoS by 5, 7, 9 points; LMS's KL below MoS's by 0.10, 0.11, 0.12
+    lead = [line for line in text.splitlines() if line.startswith("| 4 | 3 | LMS | MoS | ")]
+    assert len(lead) == 1 and lead[0].split(" | ")[4] == f"+7.0 [{7 - half:+.1f}, {7 + half:+.1f}]"
+    assert lead[0].split(" | ")[5:7] == ["LMS", "MoS"] and lead[0].split(" | ")[7].startswith("-0.1100 [")
+    # a head without seed 2 is paired over the two seeds it shares
+    partial = to_markdown([r for r in rows if not (r.head == "mos" and r.seed == 2)])
+    assert "| 4 | 2, 3 | " in partial
+    assert "One seed per cell: no difference between two heads here has an interval" in to_markdown(_rows())
+    assert "One seed per cell" not in text
+
+
 def test_csv_keeps_every_row(tmp_path):
     rows = list(csv.DictReader(to_csv(_rows()).splitlines()))
     assert len(rows) == 4
