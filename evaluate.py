@@ -158,7 +158,10 @@ def report(run, results: dict, args, file_name: str) -> None:
     """Print the results and save them beside the checkpoint (eval_best.json for best.pt), with
     a note where that rewrites a file of other settings; a loss that is not finite is refused."""
     refuse_non_finite(results, run.config.model.nhidlast)
-    method = f" with {results['method']}" if "method" in results else ""
+    # after the weights' words, which end in "raw" or "the ASGD averages": "raw with cache" read
+    # as if the cache were a kind of weights
+    method = {"cache": "; evaluated with the neural cache", "dynamic": "; evaluated with dynamic evaluation",
+              None: ""}[results.get("method")]
     print(f"{run.path}: {results['head']} on {results['dataset']}, "
           f"{describe_weights(run.weights())}{method}")
     print(f"valid ppl {results['val_ppl']:.2f} (batch {results['val_batch_size']}) | "

@@ -427,11 +427,15 @@ def test_evaluate_cache_and_dynamic_from_the_command_line(tiny_run, capsys):
     available = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert available["settings"]["start"] == "available" and available["test_ppl"] != published["test_ppl"]
     assert evaluate.main([str(tiny_run), "--cache", "--cache-window", "50", "--json"]) == 0
-    published = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(", raw; evaluated with the neural cache")
+    published = json.loads(out.strip().splitlines()[-1])
     assert json.loads((tiny_run / "eval_best_cache.json").read_text()) == published
     assert published["corpus"] == plain["corpus"]
     assert evaluate.main([str(tiny_run), "--dynamic", "--dynamic-ms-batches", "3", "--json"]) == 0
-    dynamic = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(", raw; evaluated with dynamic evaluation")    # not "raw with dynamic"
+    dynamic = json.loads(out.strip().splitlines()[-1])
     assert dynamic["method"] == "dynamic" and dynamic["settings"]["lam"] == 0.075
     assert json.loads((tiny_run / "eval_best_dynamic.json").read_text()) == dynamic
     assert checkpoint.read_bytes() == saved                  # the checkpoint is never written
