@@ -1,4 +1,4 @@
-"""Training-step cost of every output head at the PTB shapes of its config (docs/reference.md section 5).
+"""Every output head's training-step cost at its PTB config's shapes or the miniature's (docs/reference.md section 5).
 
     AWD_DATA_DIR=... python benchmarks/bench_heads.py [--reps 5] [--heads softmax,plif] [--device cuda]
     AWD_DATA_DIR=... python benchmarks/bench_heads.py --shapes mini --mos-components 15 --heads softmax,mos,mixtape
