@@ -35,15 +35,31 @@ def test_the_timed_step_uses_the_configs_float32_settings(small_data):
 # bench_heads, bench_parallel and bench_eval_methods gave --device to torch.device as it was: a
 # traceback (in bench_parallel's, from inside its worker) for a name torch does not know or a
 # CUDA device this machine does not have.
+def benchmark_here(script: str, args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """A benchmark's command line in this process (its exit code, stdout, stderr), as
+    `python benchmarks/SCRIPT ARGS` runs it: a subprocess for each would import torch again,
+    seconds of CI each. Only for what stops before any work (bad input)."""
+    import importlib
+
+    from benchmarks.common import run_benchmark
+    module = importlib.import_module(f"benchmarks.{script.removesuffix('.py')}")
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    try:
+        run_benchmark(module.main)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.mark.parametrize("script", ["bench_step.py", "bench_heads.py", "bench_parallel.py", "bench_eval_methods.py"])
-def test_a_benchmark_takes_a_device(script):
+def test_a_benchmark_takes_a_device(script, monkeypatch, capsys):
     for device, message in (("gpu", "expected auto, cpu, mps, cuda or cuda:N"),
                             (f"cuda:{torch.cuda.device_count()}", "requested but")):
-        proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--device", device], cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr
-        assert proc.stderr.startswith(f"error: --device: ") and message in proc.stderr
-        assert proc.stderr.count("\n") == 1
+        code, _, err = benchmark_here(script, ["--device", device], monkeypatch, capsys)
+        assert code == 2 and err.startswith("error: --device: ") and message in err
+        assert err.count("\n") == 1
 
 
 def test_a_benchmarks_bad_input_is_one_line_and_exit_2():
@@ -125,12 +141,11 @@ BAD_COUNTS = [
 
 
 @pytest.mark.parametrize("script, option, value", BAD_COUNTS)
-def test_a_benchmarks_count_below_its_least_is_one_line_and_exit_2(script, option, value):
-    proc = subprocess.run([sys.executable, f"benchmarks/{script}", option, value], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+def test_a_benchmarks_count_below_its_least_is_one_line_and_exit_2(script, option, value, monkeypatch, capsys):
+    code, out, err = benchmark_here(script, [option, value], monkeypatch, capsys)
     least = 0 if option == "--warmup" else 1
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"{script}: error: argument {option}: expected an integer >= {least}, got '{value}'\n"
+    assert code == 2 and out == ""
+    assert err == f"{script}: error: argument {option}: expected an integer >= {least}, got '{value}'\n"
 
 
 @pytest.mark.parametrize("script, options", [
