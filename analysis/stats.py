@@ -58,10 +58,11 @@ def percent(log_ratio: float) -> float:
     return 100 * math.expm1(log_ratio)
 
 
-def format_bound(value: float) -> str:
-    """A bound in percent to one decimal, or to as many (up to four) as show it is not zero."""
-    for digits in range(1, 5):
-        text = f"{value:+.{digits}f}"
+def format_bound(value: float, digits: int = 1) -> str:
+    """A bound to `digits` decimals (a percent: one), or to as many more (up to three more) as
+    show it is not zero, so that an interval read as touching zero is not one that excludes it."""
+    for shown in range(digits, digits + 4):
+        text = f"{value:+.{shown}f}"
         if value == 0 or text.strip("+-0.") != "":
             return text
     return text

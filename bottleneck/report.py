@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import mean
 
 from analysis.figures import pyplot, save
-from analysis.stats import combination
+from analysis.stats import combination, format_bound
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def _paired(a: list[Row], b: list[Row], metric: str, digits: int) -> tuple[int, 
     text = f"{estimate.value:+.{digits}f}"
     if estimate.why_not:
         return len(differences), f"{text} ({estimate.why_not}: no interval)"
-    return len(differences), f"{text} [{estimate.low:+.{digits}f}, {estimate.high:+.{digits}f}]"
+    return len(differences), f"{text} [{format_bound(estimate.low, digits)}, {format_bound(estimate.high, digits)}]"
 
 
 # A metric's name in the paired tables, its digits, and which way is better.

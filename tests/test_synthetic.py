@@ -309,6 +309,11 @@ def test_the_heads_differences_are_paired_by_seed_with_their_t_intervals():
     lead = [line for line in text.splitlines() if line.startswith("| 4 | 3 | LMS | MoS | ")]
     assert len(lead) == 1 and lead[0].split(" | ")[4] == f"+7.0 [{7 - half:+.1f}, {7 + half:+.1f}]"
     assert lead[0].split(" | ")[5:7] == ["LMS", "MoS"] and lead[0].split(" | ")[7].startswith("-0.1100 [")
+    # a bound that would print as +0.0 or -0.0 gets the digits that show its side of zero
+    from bottleneck.report import _paired
+    base = [row(4, "softmax", seed, 10.0, 1.5) for seed in range(3)]
+    near_zero = [row(4, "lms", seed, 10.0 + 2.4640 + step, 1.5) for seed, step in enumerate((-1.0, 0.0, 1.0))]
+    assert _paired(near_zero, base, "mode_match", 1) == (3, "+2.5 [-0.02, +4.9]")
     # a head without seed 2 is paired over the two seeds it shares
     partial = to_markdown([r for r in rows if not (r.head == "mos" and r.seed == 2)])
     assert "| 4 | 2, 3 | " in partial
@@ -688,7 +693,7 @@ def test_every_documented_command_passes_the_checks_before_fitting(tmp_path, mon
 
 
 @pytest.mark.parametrize("folder, heading", [
-    ("m1000_no_bias", "## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, the default (no decoder bias)"),
+    ("m1000_no_bias", "## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, 1, 2, the default (no decoder bias)"),
     ("m1000_bias", "## alpha = 0.1, M = 1,000, N = 10,000, seeds 0, with a trained decoder bias b (--decoder-bias)")])
 def test_the_guides_m1000_tables_are_the_committed_runs(folder, heading):
     """docs/synthetic.md's tables at M = 1,000 (the default, and with the decoder bias) are the
@@ -704,3 +709,10 @@ def test_the_guides_m1000_tables_are_the_committed_runs(folder, heading):
     assert [line for line in section.splitlines() if line.startswith("| ")] == table
     assert {row.split(",")[2] for row in raw_rows} == {"8", "16", "32", "64", "128"}
     assert {row.split(",")[-1] for row in raw_rows} == {"True" if "with a trained" in heading else "False"}
+    # every cell has the seeds the heading names (the table's means and paired intervals over them)
+    seeds = {int(seed) for seed in heading.split("seeds ")[1].split(", the")[0].split(", with")[0].split(", ")}
+    cells: dict = {}
+    for row in raw_rows:
+        fields = row.split(",")
+        cells.setdefault((fields[2], fields[4]), set()).add(int(fields[6]))
+    assert all(found == seeds for found in cells.values()), cells
