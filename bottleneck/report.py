@@ -108,8 +108,8 @@ def _paired(a: list[Row], b: list[Row], metric: str, digits: int) -> tuple[int, 
     return len(differences), f"{text} [{format_bound(estimate.low, digits)}, {format_bound(estimate.high, digits)}]"
 
 
-# A metric's name in the paired tables, its digits, and which way is better.
-PAIRED_METRICS = (("mode_match", "mode %", 1, max), ("kl", "KL", 4, min))
+# The paired tables' metrics: the Row field, its decimals, and which of two values is better.
+PAIRED_METRICS = (("mode_match", 1, max), ("kl", 4, min))
 
 
 def paired_tables(groups: dict, heads: list[str], labels: dict, alpha: float, words: int,
@@ -136,10 +136,11 @@ def paired_tables(groups: dict, heads: list[str], labels: dict, alpha: float, wo
                 continue
             cells, sizes = [], set()
             for h in others:
-                for metric, _, digits, _ in PAIRED_METRICS:
+                for metric, digits, _ in PAIRED_METRICS:
                     n, text = _paired(groups.get((alpha, words, dim, h), []), base, metric, digits)
                     cells.append(text if n else "")
-                    sizes.add(n) if n else None
+                    if n:
+                        sizes.add(n)
             lines.append(f"| {dim} | {', '.join(map(str, sorted(sizes)))} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["| D | n | most modes matched | next | ahead by (points) | lowest KL | next | below by (nats) |",
@@ -149,7 +150,7 @@ def paired_tables(groups: dict, heads: list[str], labels: dict, alpha: float, wo
         if len(cells) < 2:
             continue
         line, sizes = [], set()
-        for metric, _, digits, best in PAIRED_METRICS:
+        for metric, digits, best in PAIRED_METRICS:
             order = sorted(cells, key=lambda h: mean(getattr(r, metric) for r in cells[h]),
                            reverse=best is max)
             n, text = _paired(cells[order[0]], cells[order[1]], metric, digits)
