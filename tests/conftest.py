@@ -44,18 +44,6 @@ def stop_signals_as_a_terminal_gives_them():
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-# The test files that take minutes (whole plans, scripts and stops in subprocesses; seconds each in
-# CI's --durations), collected first so that pytest-xdist's --dist loadfile hands them out before
-# the short files: collected in name order they came last, where one of them could run alone on
-# one worker while the other had nothing left to take.
-LONGEST_FILES_FIRST = ("test_plans.py", "test_scripts.py", "test_sweep_stop.py", "test_distributed.py",
-                       "test_group.py", "test_train.py")
-
-
-def pytest_collection_modifyitems(items):
-    place = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: place.get(item.path.name, len(place)))      # stable: files keep their order
-
 # Make the repository's packages importable when pytest is run as `pytest`
 # (which, unlike `python -m pytest`, does not put the working directory on sys.path).
 REPO_ROOT = Path(__file__).resolve().parent.parent
