@@ -231,8 +231,10 @@ def _manual_hint(dataset: str, data_dir: Path) -> str:
     env = os.environ.get("AWD_DATA_DIR")
     # Name the setting that chose the folder: "set AWD_DATA_DIR" reads as if it were unset, and
     # AWD_DATA_DIR is not read at all while data.data_dir or --data-dir names a folder.
-    other = ("set AWD_DATA_DIR / pass --data-dir" if setting is None
-             else f"point AWD_DATA_DIR, now {env}, or pass --data-dir" if setting == "AWD_DATA_DIR"
+    # --data-dir is train.py's, evaluate.py's and rank.py's; data.data_dir=DIR every config's
+    # (train.py, sweep.py, the benchmarks, which have no --data-dir).
+    other = ("set AWD_DATA_DIR / pass --data-dir or data.data_dir=" if setting is None
+             else f"point AWD_DATA_DIR, now {env}, or pass --data-dir or data.data_dir=" if setting == "AWD_DATA_DIR"
              else f"point {setting}, now {data_dir},")
     unread = (f"; AWD_DATA_DIR, {env}, is not read while {setting} is set"
               if env and setting not in (None, "AWD_DATA_DIR") else "")

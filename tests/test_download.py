@@ -266,7 +266,7 @@ def test_an_awd_data_dir_without_the_corpus_is_named_as_set(tmp_path: Path, monk
     monkeypatch.setenv("AWD_DATA_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(DataError) as info:
         ensure_corpus("ptb", tmp_path / "nowhere", urls=[refused_url()])
-    assert f"(or point AWD_DATA_DIR, now {tmp_path / 'nowhere'}, or pass --data-dir to a folder holding ptb/)" \
+    assert f"(or point AWD_DATA_DIR, now {tmp_path / 'nowhere'}, or pass --data-dir or data.data_dir= to a folder holding ptb/)" \
         in str(info.value)
     # set, but a run's data.data_dir names another folder, read first: pointing it again would not help
     with pytest.raises(DataError) as info:
@@ -289,7 +289,7 @@ def test_the_offline_hint_names_the_setting_that_chose_the_folder(tmp_path: Path
     assert "AWD_DATA_DIR" not in str(info.value)
     with pytest.raises(DataError) as info:           # the default corpora/, nothing set
         ensure_corpus("ptb", tmp_path / "corpora", urls=[refused_url()])
-    assert "(or set AWD_DATA_DIR / pass --data-dir to a folder holding ptb/)" in str(info.value)
+    assert "(or set AWD_DATA_DIR / pass --data-dir or data.data_dir= to a folder holding ptb/)" in str(info.value)
 
 
 def test_a_failed_download_removes_the_folders_it_made_and_no_other(tmp_path: Path):
