@@ -20,12 +20,16 @@ import math
 import sys
 from pathlib import Path
 
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 from tqdm import tqdm
 
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, add_corpus_arguments, run_script
 from evaluation import cache, dynamic
 from experiment.config import ConfigError
 from evaluation.loop import evaluate_nll, perplexity

@@ -15,11 +15,15 @@ import os
 import sys
 from pathlib import Path
 
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 import torch
 
 from data import DataError
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument
 from experiment.config import ConfigError
 from experiment.loading import load_trained, select_device
 

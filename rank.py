@@ -31,6 +31,11 @@ import math
 import sys
 from pathlib import Path
 
+from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -38,7 +43,6 @@ from tqdm import tqdm
 from data import DataError
 from data.batching import batchify
 from experiment.checkpoint import CheckpointError, existing_checkpoint
-from experiment.cli import ArgumentParser, add_corpus_arguments, run_script, seed_argument
 from experiment.config import ConfigError
 from evaluation.loop import iterate_chunks
 from experiment.loading import describe_weights, load_trained, select_device

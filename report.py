@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import sys
 
+from experiment.cli import run_script, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 from analysis import AnalysisError
 from analysis.commands import build_parser, run
 from data import DataError
 from experiment.checkpoint import CheckpointError
-from experiment.cli import run_script
 from experiment.config import ConfigError
 
 

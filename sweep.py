@@ -38,7 +38,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiment.cli import ArgumentParser, stdout_closed
+from experiment.cli import ArgumentParser, stdout_closed, main_begins, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 from experiment.config import ConfigError, seed_problem
 from experiment.run_directory import FINETUNE_DIR, RunDirectoryError, check_run_dir_usable
 from launch import LaunchError
@@ -447,6 +451,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    main_begins()
     try:
         sys.exit(main())
     except BrokenPipeError:

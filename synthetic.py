@@ -38,13 +38,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1, number_at_least, run_script, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 import torch
 from tqdm import tqdm
 
 from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fit, head_options,
                                 sample_targets)
 from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
-from experiment.cli import ArgumentParser, integer_at_least_0, integer_at_least_1, number_at_least, run_script
 from experiment.config import ConfigError
 from experiment.loading import select_device
 from experiment.run_directory import RunDirectoryError, RunLock, error_exit_code, write_text_atomic

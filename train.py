@@ -48,6 +48,11 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from experiment.cli import keep_training_without_a_reader, run_script, quiet_interrupt_while_starting
+
+if __name__ == "__main__":        # (not when a test imports the script)
+    quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
+
 # Intel's MKL may sum a matrix product in another order depending on where its inputs lie in
 # memory: on an Intel CPU a group's runs, side by side in threads, differed from their solo runs
 # in the last bit. Strict conditional numerical reproducibility keeps its products bitwise the same
@@ -60,7 +65,6 @@ import torch  # noqa: E402
 from data.batching import SequenceLengthSampler, batchify, get_batch
 from experiment import checkpoint
 from experiment.averaged_sgd import AveragedSGD, averaged_weights, make_optimizer, step_optimizers
-from experiment.cli import keep_training_without_a_reader, run_script
 from experiment.config import Config
 from experiment.loading import code_version, device_name
 from experiment.distributed import DistributedError, World, exit_process

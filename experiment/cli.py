@@ -157,8 +157,31 @@ def stdout_closed() -> NoReturn:
     sys.exit(141)
 
 
+def _interrupted_while_starting(kind, value, traceback) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, value, traceback)
+
+
+def quiet_interrupt_while_starting() -> None:
+    """A Ctrl-C while a script imports its modules (torch's import alone takes a second or more)
+    ends with one line instead of a traceback from inside torch's import. Python still ends the
+    process by SIGINT (exit status 130 in a shell). The first thing each script does, undone by
+    main_begins."""
+    sys.excepthook = _interrupted_while_starting
+
+
+def main_begins() -> None:
+    """From here a script's main() handles Ctrl-C itself (run_script, sweep.py), and an
+    interruption that escapes it would be a fault to see whole: Python's traceback again."""
+    if sys.excepthook is _interrupted_while_starting:
+        sys.excepthook = sys.__excepthook__
+
+
 def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit) -> NoReturn:
     """main(), then exit(its status) (train.py's: experiment.distributed.exit_process)."""
+    main_begins()
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()

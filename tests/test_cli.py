@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment.cli import run_script
+from experiment.cli import main_begins, quiet_interrupt_while_starting, run_script
 from tests.conftest import parser_of
 
 import evaluate
@@ -80,9 +81,35 @@ def test_each_script_ends_through_run_script(script):
     """Its `if __name__ == "__main__":` block is run_script(main) (train.py and sweep.py handle
     the interruption themselves: they save, and say how to continue)."""
     tree = ast.parse((REPO / script).read_text(encoding="utf-8"))
-    main_block = next(node for node in tree.body if isinstance(node, ast.If)
-                      and ast.unparse(node.test) == "__name__ == '__main__'")
+    *_, main_block = [node for node in tree.body if isinstance(node, ast.If)
+                      and ast.unparse(node.test) == "__name__ == '__main__'"]
     assert [ast.unparse(statement) for statement in main_block.body] == ["run_script(main)"]
+
+
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py", "rank.py", "generate.py", "sweep.py",
+                                    "report.py", "synthetic.py"])
+def test_ctrl_c_while_torch_imports_is_one_line(script, tmp_path):
+    """A Ctrl-C in the first seconds, while torch imports, was a traceback from inside torch's
+    import. A torch that raises KeyboardInterrupt as it imports stands in for the keystroke."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise KeyboardInterrupt\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, script, "--help"], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
+    assert done.stderr == "interrupted (Ctrl-C) while starting: nothing was done\n"
+    assert done.returncode == -signal.SIGINT       # Python ends itself by SIGINT: 130 in a shell
+    assert done.stdout == ""
+
+
+def test_ctrl_c_after_main_begins_is_the_scripts_own_to_handle():
+    """The starting line would be false once main() runs (it may have written): from there an
+    interruption that escapes main() is shown whole."""
+    quiet_interrupt_while_starting()
+    try:
+        assert sys.excepthook is not sys.__excepthook__
+        main_begins()
+        assert sys.excepthook is sys.__excepthook__
+    finally:
+        sys.excepthook = sys.__excepthook__
 
 
 # A shell starts background commands with SIGINT ignored, and Python then leaves it ignored: the
