@@ -22,7 +22,8 @@ A second Softmax, `softmax-again`, is timed in the same rounds as a control: its
 first Softmax is the run's noise floor (on a shared 2-core VM, several percent either way).
 
 Also reported, from one extra step per head: the peak memory of the step above what
-existed before it (CUDA: the allocator's peak; CPU: the profiler's memory timeline), and
+existed before it, the last step's gradients freed first (CUDA: the allocator's peak; CPU:
+the profiler's memory timeline), and
 the bytes the step saves for backward per logit (distinct storages seen by
 saved_tensors_hooks, the tied weight and other parameters excluded).
 
@@ -39,6 +40,7 @@ removed that cost here. CUDA's caching allocator has no such cost; the MoS head 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -116,12 +118,35 @@ class Case:
         self.hidden = torch.randn(shape.bptt, shape.batch, shape.nhidlast, device=device) * 0.5
         self.targets = torch.randint(shape.vocab, (shape.bptt, shape.batch), device=device)
 
-    def step(self) -> None:
-        """What train.py does with the head: the targets' log-probs, mean NLL, backward."""
+    def release_gradients(self) -> None:
         for p in self.head.parameters():
             p.grad = None
+
+    def step(self) -> None:
+        """What train.py does with the head: the targets' log-probs, mean NLL, backward."""
+        self.release_gradients()
         hidden = self.hidden.detach().requires_grad_()
         (-self.head.target_log_probs(hidden, self.targets).mean()).backward()
+
+
+@contextlib.contextmanager
+def profiler_start_and_stop_unsaid():
+    """torch's profiler (its Kineto library, in C++, past sys.stderr) writes a line to the
+    process's stderr as it starts and as it stops, `USDT:... profiler_start` and `profiler_stop`,
+    two lines a head among the table's: those two are dropped, any other line it writes is passed on."""
+    sys.stderr.flush()
+    kept_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as written:
+        os.dup2(written.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(kept_stderr, 2)
+            os.close(kept_stderr)
+            written.seek(0)
+            for line in written.read().decode(errors="replace").splitlines():
+                if not (line.startswith("USDT:") and line.endswith(("profiler_start", "profiler_stop"))):
+                    print(line, file=sys.stderr)
 
 
 def peak_step_memory(case: Case, device: torch.device) -> int:
@@ -129,6 +154,10 @@ def peak_step_memory(case: Case, device: torch.device) -> int:
     workspace = getattr(case.head, "workspace", None)
     if workspace is not None:
         workspace.release()     # count MoS's reusable logits buffer as the step's memory
+    # The last step's gradients go before the count starts, not inside the step: the CPU's profiler
+    # sees no free of a block allocated before it started, so they would have stayed counted there
+    # (the CUDA count saw them go), and both count a step that starts without gradients.
+    case.release_gradients()
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -137,8 +166,8 @@ def peak_step_memory(case: Case, device: torch.device) -> int:
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 with_stack=True) as prof:
+    with profiler_start_and_stop_unsaid(), profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                                                   record_shapes=True, with_stack=True) as prof:
         case.step()
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         # Deprecated in favour of CUDA-only snapshot tools; still the one CPU timeline.

@@ -12,6 +12,7 @@ import torch
 
 from benchmarks.common import TrainerStep
 from data import load_corpus
+from experiment.config import load_config
 from experiment.loading import set_float32_precision
 from tests.conftest import TINY
 
@@ -212,3 +213,27 @@ def test_bench_eval_methods_refuses_a_text_too_short_for_the_cache(tokens, fix, 
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == (f"error: --tokens {tokens}: the cache (window 500) is used only after 501 positions, "
                            f"so a text of {read} would time plain evaluation under the cache's name; {fix}\n")
+
+
+def test_bench_heads_cpu_memory_count_writes_nothing_to_stderr(capfd):
+    """The CPU's count ran torch's profiler, whose start and stop lines and a warning (a block
+    allocated before it started, freed inside: the last step's gradients, which its timeline then
+    never saw go) came between the table's lines."""
+    from benchmarks import bench_heads
+    config = load_config("configs/ptb_mini/softmax.yaml", [])
+    shape = bench_heads.Shape(batch=2, bptt=3, vocab=50, emsize=config.model.emsize,
+                              nhidlast=config.model.nhidlast)
+    case = bench_heads.Case("softmax", config.head, shape, torch.device("cpu"))
+    case.step()                                 # gradients there, as after the timed steps
+    capfd.readouterr()
+    assert bench_heads.peak_step_memory(case, torch.device("cpu")) > 0
+    assert capfd.readouterr().err == ""
+
+
+def test_bench_heads_drops_only_the_profilers_start_and_stop_lines(capfd):
+    from benchmarks import bench_heads
+    with bench_heads.profiler_start_and_stop_unsaid():
+        os.write(2, b"USDT:2026-11-30 05:17:13 7747:7747 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+                    b"[W1130] a warning of torch's\n"
+                    b"USDT:2026-11-30 05:17:13 7747:7747 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+    assert capfd.readouterr().err == "[W1130] a warning of torch's\n"
