@@ -490,7 +490,8 @@ def _resolve(raw: dict, origin: dict) -> Config:
                           f"the head's options, e.g. head.name=softmax), got {head!r}")
     head_raw = dict(head or {})
     head_name = head_raw.pop("name", None)
-    if head_name not in HEADS:
+    # a list or mapping (name: [mos]) cannot be looked up in HEADS: it is refused as any wrong name
+    if not isinstance(head_name, str) or head_name not in HEADS:
         # a missing name is blamed on whatever set the head section last (`head=null` empties
         # it), or on the config file where no source set a head at all
         if "name" in (head or {}):

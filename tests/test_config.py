@@ -55,6 +55,8 @@ def test_gpu_run_options_default_to_exact_resumes_without_deterministic_kernels(
     ("train.asgd_trigger=sometimes", "train.asgd_trigger: expected one of 'et', 'nt', 'start', 'never'"),
     ("run.tensorboard=maybe", "run.tensorboard: expected true or false"),
     ("head.name=nope", "head.name: expected one of"),
+    ("head.name=[mos]", "head.name: expected one of softmax, "),     # was a TypeError: unhashable type
+    ("head.name={mos: 1}", "head.name: expected one of softmax, "),
     ("head=softmax", "head: expected a mapping of keys (name: and the head's options, e.g. head.name=softmax), "
                      "got 'softmax'"),
     ("head=3", "head: expected a mapping of keys"),
