@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,13 +377,20 @@ def _apply_override(raw: dict, text: str, origin: dict) -> None:
 
 FLOAT32_MAX = 3.4028234663852886e38
 
+def _is_union(tp) -> bool:
+    """Optional[X] or Union[X, Y], or the same written X | None (types.UnionType, which
+    typing.Union is not: a head's `cap: float | None` option refused every value)."""
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin is typing.Union:
+    if _is_union(tp):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
+        nullable = len(args) < len(typing.get_args(tp))
+        return " or ".join(_type_name(a) for a in args) + (" or null" if nullable else "")
     return {int: "an integer", float: "a finite float32 number", str: "a string",
             bool: "true or false"}.get(tp, str(tp))
 
@@ -392,7 +400,7 @@ def _coerce(tp, value):
     and numbers beyond float32's range are not (the models compute in float32, and no setting
     of this repository means anything with them)."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if _is_union(tp):
         if value is None and type(None) in typing.get_args(tp):
             return None
         for arg in typing.get_args(tp):

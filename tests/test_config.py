@@ -1,6 +1,7 @@
 """Config loading: base files, overrides, strict validation with one-line errors."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment.config import ConfigError, config_from_dict, load_config
+from experiment.config import ConfigError, build_section, config_from_dict, load_config
 
 PTB = "configs/ptb/softmax.yaml"
 
@@ -177,6 +178,26 @@ def test_a_tilde_in_run_dir_or_a_plans_out_is_the_home_folder(tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text("title: t\nout: ~/results/t\nexperiments:\n  - config: configs/ptb/softmax.yaml\n")
     assert load_plan(plan).out == Path.home() / "results" / "t"
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionsWritten310Style:       # a new head's Options, written as the repository's code writes types
+    cap: float | None = None
+    mode: int | str = 1
+
+
+def test_options_typed_x_or_none_take_their_values():
+    """`float | None` (types.UnionType, not typing.Union) refused every value, None included:
+    "head.cap: expected float | None, got 2.0"."""
+    def build(values):
+        return build_section(OptionsWritten310Style, values, "head", {"head.cap": "x.yaml"}, owner="the new head")
+
+    assert build({"cap": 2}).cap == 2.0 and build({"cap": None}).cap is None
+    assert build({"mode": "k"}).mode == "k"
+    with pytest.raises(ConfigError, match=r"^x\.yaml: head\.cap: expected a finite float32 number or null, got 'x'$"):
+        build({"cap": "x"})
+    with pytest.raises(ConfigError, match=r"head\.mode: expected an integer or a string, got None$"):
+        build({"mode": None})
 
 
 def test_resolved_config_round_trips():
