@@ -377,6 +377,10 @@ def _apply_override(raw: dict, text: str, origin: dict) -> None:
 
 FLOAT32_MAX = 3.4028234663852886e38
 
+# The types a config value is read as (_coerce), besides a Literal's values and unions of these.
+_SCALAR_NAMES = {int: "an integer", float: "a finite float32 number", str: "a string", bool: "true or false"}
+
+
 def _is_union(tp) -> bool:
     """Optional[X] or Union[X, Y], or the same written X | None (types.UnionType, which
     typing.Union is not: a head's `cap: float | None` option refused every value)."""
@@ -391,8 +395,15 @@ def _type_name(tp) -> str:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         nullable = len(args) < len(typing.get_args(tp))
         return " or ".join(_type_name(a) for a in args) + (" or null" if nullable else "")
-    return {int: "an integer", float: "a finite float32 number", str: "a string",
-            bool: "true or false"}.get(tp, str(tp))
+    return _SCALAR_NAMES.get(tp, str(tp))
+
+
+def readable_type(tp) -> bool:
+    """Whether _coerce can read a config value as `tp`: a head's option of another type (a list,
+    a tuple) could be set by no config, whatever it wrote."""
+    if _is_union(tp):
+        return all(arg is type(None) or readable_type(arg) for arg in typing.get_args(tp))
+    return typing.get_origin(tp) is Literal or tp in _SCALAR_NAMES
 
 
 def _coerce(tp, value):
@@ -473,6 +484,11 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
                 raise ConfigError(f"{source}: missing required key {section}.{f.name}"
                                   f"{' of ' + owner if owner else ''} ({_type_name(hints[f.name])})")
             continue
+        if not readable_type(hints[f.name]):
+            raise ConfigError(f"{where(f.name)}: {section}.{f.name}: {owner or cls.__name__} types this "
+                              f"option {_type_name(hints[f.name])}, which no config value is read as; its "
+                              f"Options field needs a type a config gives: int, float, bool, str, a Literal "
+                              f"or one of these or None (docs/heads.md, Adding a head)")
         try:
             kwargs[f.name] = _coerce(hints[f.name], values[f.name])
         except TypeError:

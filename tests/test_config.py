@@ -200,6 +200,20 @@ def test_options_typed_x_or_none_take_their_values():
         build({"mode": None})
 
 
+def test_an_option_typed_as_no_config_value_is_read_says_so():
+    """A head's `sizes: tuple[int, ...]` said "head.sizes: expected tuple[int, ...], got [3, 4]",
+    as if another value would do."""
+    @dataclasses.dataclass(frozen=True)
+    class OptionsWithATuple:
+        sizes: tuple[int, ...] = (1, 2)
+
+    with pytest.raises(ConfigError) as info:
+        build_section(OptionsWithATuple, {"sizes": [3, 4]}, "head", {"head.sizes": "x.yaml"}, owner="the new head")
+    assert str(info.value).startswith("x.yaml: head.sizes: the new head types this option tuple[int, ...], "
+                                      "which no config value is read as; its Options field needs a type a "
+                                      "config gives: int, float, bool, str, a Literal or one of these or None")
+
+
 def test_resolved_config_round_trips():
     config = load_config(PTB, ["train.lr=7", "run.max_steps=3"])
     assert config_from_dict(config.to_dict()) == config

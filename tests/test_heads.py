@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from experiment.config import readable_type
 from model import LanguageModel, count_parameters
 from model.body import AWDLSTMBody
 from model.heads import HEADS
@@ -67,6 +69,18 @@ def test_a_head_has_its_own_label_and_a_config_per_dataset(name):
         path = Path(f"configs/{dataset}/{name}.yaml")
         assert path.is_file(), f"{name}: no {path} (docs/heads.md, Adding a head)"
         assert f"name: {name}" in path.read_text(), f"{path} does not name the head {name}"
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_a_heads_options_are_a_dataclass_of_types_a_config_gives(name):
+    """docs/heads.md's recipe: Options is a dataclass whose fields a config can set (a field typed
+    list or tuple is one no config could give, found here rather than by its first config)."""
+    options = HEADS[name].Options
+    assert dataclasses.is_dataclass(options), f"{name}: its Options is not a dataclass"
+    hints = typing.get_type_hints(options)
+    unreadable = {field.name: hints[field.name] for field in dataclasses.fields(options)
+                  if field.init and not readable_type(hints[field.name])}
+    assert not unreadable, f"{name}: options of types no config value is read as: {unreadable}"
 
 
 @pytest.mark.parametrize("name", SB_HEADS)
