@@ -449,8 +449,14 @@ def _coerce(tp, value):
 def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""):
     """Instantiate dataclass `cls` from `values`, with one-line errors naming key and source;
     `owner` names what the section's keys belong to (a head: "the gss head") in those errors."""
+    def chosen_by() -> str:
+        """What a problem of no key that a source set is blamed on: for a head, what chose it
+        (whatever set head.name); for another section, the config file named."""
+        return (origin.get(f"{section}.name", origin.get(section, "config")) if owner
+                else origin.get("", "config"))
+
     def where(key: str) -> str:
-        return origin.get(f"{section}.{key}", "config")
+        return origin.get(f"{section}.{key}", chosen_by())
 
     if not isinstance(values, dict):
         raise ConfigError(f"{origin.get(section, 'config')}: {section}: expected a mapping of keys")
@@ -477,11 +483,9 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
             continue
         if f.name not in values:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                # blamed on what chose the head (whatever set head.name); another section's
-                # key on the config file named (not on the last override that touched the section)
-                source = (origin.get(f"{section}.name", origin.get(section, "config")) if owner
-                          else origin.get("", "config"))
-                raise ConfigError(f"{source}: missing required key {section}.{f.name}"
+                # (another section's key on the config file named, not on the last override
+                # that touched the section)
+                raise ConfigError(f"{chosen_by()}: missing required key {section}.{f.name}"
                                   f"{' of ' + owner if owner else ''} ({_type_name(hints[f.name])})")
             continue
         if not readable_type(hints[f.name]):
@@ -497,8 +501,12 @@ def build_section(cls, values: dict, section: str, origin: dict, owner: str = ""
     try:
         return cls(**kwargs)
     except ValueError as e:
+        # "<key>: <what was expected>" by the Options' convention; a message that names no key
+        # ("temperature too high") is the section's, not "head.temperature too high" of "config"
         key = str(e).split(":", 1)[0]
-        raise ConfigError(f"{where(key)}: {section}.{e}") from None
+        if key in known:
+            raise ConfigError(f"{where(key)}: {section}.{e}") from None
+        raise ConfigError(f"{chosen_by()}: {section}: {e}") from None
 
 
 def _resolve(raw: dict, origin: dict) -> Config:

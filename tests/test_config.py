@@ -214,6 +214,31 @@ def test_an_option_typed_as_no_config_value_is_read_says_so():
                                       "config gives: int, float, bool, str, a Literal or one of these or None")
 
 
+@dataclasses.dataclass(frozen=True)
+class OptionsCheckedInTheirOwnWords:
+    tau: float = 1.0
+    lr: float = 0.1
+
+    def __post_init__(self):
+        if self.lr > self.tau:
+            raise ValueError("lr: expected at most tau")
+        if self.tau > 5:
+            raise ValueError("temperature too high")
+
+
+@pytest.mark.parametrize("values, expected", [
+    # a message naming no key was "config: head.temperature too high"
+    ({"tau": 6}, "x.yaml: head: temperature too high"),
+    # a key the Options name but no source set (its default) was blamed on "config"
+    ({"tau": 0.01}, "x.yaml: head.lr: expected at most tau"),
+])
+def test_an_options_check_is_blamed_on_the_source_that_chose_the_head(values, expected):
+    origin = {"head.name": "x.yaml", "head.tau": "override 'head.tau=...'"}
+    with pytest.raises(ConfigError) as info:
+        build_section(OptionsCheckedInTheirOwnWords, values, "head", origin, owner="the new head")
+    assert str(info.value) == expected
+
+
 def test_resolved_config_round_trips():
     config = load_config(PTB, ["train.lr=7", "run.max_steps=3"])
     assert config_from_dict(config.to_dict()) == config
