@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -168,7 +169,21 @@ def initial_model(config: Config, corpus) -> LanguageModel:
     from there into training (the dropout masks), so whatever rebuilds a run's start (report.py
     diagnose) calls this and nothing else."""
     torch.manual_seed(config.train.seed)
-    return build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size))
+    try:
+        return build_model(config, corpus.vocab_size, word_counts(corpus.train, corpus.vocab_size))
+    except RuntimeError as e:
+        # a size in the config beyond this machine (head.knots=100000000000, a typo's zeros): one
+        # line naming the sizes, not the CPU allocator's traceback
+        if "can't allocate memory" not in str(e):
+            raise
+        sizes = {**{f"model.{key}": value for key, value in config.to_dict()["model"].items()},
+                 **{f"head.{key}": value for key, value in config.to_dict()["head"].items()}}
+        settings = " ".join(f"{key}={value}" for key, value in sizes.items() if isinstance(value, int)
+                            and not isinstance(value, bool))
+        asked = re.search(r"allocate (\d+) bytes", str(e))
+        tensor = f"a tensor of {int(asked.group(1)):,} bytes" if asked else "a tensor"
+        raise ConfigError(f"the model does not fit in this machine's memory (building it asked for {tensor}): "
+                          f"its integer sizes are {settings}; is one too large?") from None
 
 
 @dataclass

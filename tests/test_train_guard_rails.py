@@ -226,6 +226,20 @@ def test_a_dry_run_refuses_what_the_run_would(small, tmp_path, capsys):
     assert f"{run_dir} already holds a run; continue it with" in one_line_error(capsys)
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_size_beyond_memory_is_one_line_naming_the_sizes(dry_run, small, tmp_path, capsys):
+    """head.knots with a typo's zeros was the CPU allocator's RuntimeError traceback. 2**60
+    knots (4 * 2**60 bytes) are beyond any address space, so no machine tries to fill them."""
+    run_dir = tmp_path / "run"
+    assert train.main(["configs/ptb/plif.yaml", *small, f"head.knots={2**60}", "head.compile=false",
+                       f"run.dir={run_dir}", *dry_run]) == 2
+    message = one_line_error(capsys)
+    assert message.startswith(f"error: the model does not fit in this machine's memory (building it asked for "
+                              f"a tensor of {4 * 2**60:,} bytes): its integer sizes are model.emsize=16 ")
+    assert message.endswith(f"head.knots={2**60}; is one too large?")
+    assert not run_dir.exists()
+
+
 def test_the_same_command_again_after_a_run_finished_says_it_has_finished(small, tmp_path, capsys):
     """It said "continue it with python train.py --resume", which for a finished run trains
     nothing; the line names what can be done with it, the directory untouched."""
