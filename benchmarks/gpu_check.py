@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.published import TABLE2  # noqa: E402
 from benchmarks.common import TrainerStep, median_step, synchronize  # noqa: E402
 from data.corpus import Corpus  # noqa: E402
-from experiment.config import ConfigError, load_config  # noqa: E402
+from experiment.config import ConfigError, load_config, overrides_setting  # noqa: E402
 from experiment.loading import select_device, set_float32_precision  # noqa: E402
 from model import build_model  # noqa: E402
 from model.heads import HEADS  # noqa: E402
@@ -133,7 +133,8 @@ def small(name: str) -> list[str]:
     """FAST and the head's own small options (fewer components, knots), compiled or not as the
     config says."""
     options = dataclasses.asdict(HEADS[name].small_options())
-    return [*FAST, *(f"head.{key}={value}" for key, value in options.items() if key != "compile")]
+    options.pop("compile", None)
+    return [*FAST, *overrides_setting("head", options)]
 
 
 def compiled_kernels(report: Report, device: torch.device) -> None:

@@ -360,6 +360,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+def overrides_setting(section: str, values: dict) -> list[str]:
+    """`section.key=value` overrides that set `values`, each written as YAML reads it back
+    (None as null: str(None) was the string 'None')."""
+    return [f"{section}.{key}={yaml.safe_dump(value).splitlines()[0]}" for key, value in values.items()]
+
+
 def _apply_override(raw: dict, text: str, origin: dict) -> None:
     keys, value = parse_override(text)
     node = raw

@@ -163,12 +163,10 @@ def head_overrides(name: str) -> list[str]:
     (HEADS[name].small_options()), and, for a head whose g need not have the embedding's size,
     a last LSTM layer of another size than TINY's emsize, so that the difference is exercised."""
     import dataclasses
-    import yaml
+    from experiment.config import overrides_setting
     from model.heads import HEADS
     head = HEADS[name]
-    options = dataclasses.asdict(head.small_options())
-    overrides = [f"head.name={name}"] + [f"head.{key}={yaml.safe_dump(value).splitlines()[0]}"
-                                         for key, value in options.items()]
+    overrides = [f"head.name={name}"] + overrides_setting("head", dataclasses.asdict(head.small_options()))
     return overrides + ([] if head.requires_nhidlast_equal_emsize else ["model.nhidlast=12"])
 
 

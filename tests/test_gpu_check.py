@@ -2,11 +2,14 @@
 quick mode on the CPU (CI has no GPU), which runs every check against the CPU."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks import gpu_check
+from experiment.config import load_config
 from model.heads import HEADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +37,25 @@ def test_the_self_check_runs_on_the_cpu_and_says_no_gpu_was_found(tmp_path):
     assert "[ok] rank.py tiny" in out and "[ok] MoS cache chunk tiny" in out
     assert "[ok] gloo 2 processes: largest parameter difference to 1 process" in out
     assert "checks passed" in out.strip().splitlines()[-1] and "failed" not in out.strip().splitlines()[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class CappedOptions:
+    cap: float | None = None
+    scale: float = 1e-05
+
+
+class CappedHead(HEADS["softmax"]):
+    Options = CappedOptions
+    label = "Capped"
+
+
+def test_a_heads_small_options_reach_its_config_as_they_are(monkeypatch):
+    """A small option None was written head.cap=None, which YAML reads as the string 'None': the
+    kernels and training checks of such a head stopped on its config."""
+    monkeypatch.setitem(HEADS, "capped", CappedHead)
+    config = load_config("configs/ptb/softmax.yaml", ["head={}", "head.name=capped", *gpu_check.small("capped")])
+    assert config.head == CappedOptions()
 
 
 def test_a_bad_device_is_one_line():
