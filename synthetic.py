@@ -50,7 +50,7 @@ from bottleneck.problem import (SYNTHETIC_HEADS, FitSettings, SyntheticModel, fi
                                 sample_targets)
 from bottleneck.report import Row, from_csv, to_csv, to_markdown, write_figures
 from experiment.config import ConfigError
-from experiment.loading import select_device
+from experiment.loading import memory_refused, select_device
 from experiment.run_directory import RunDirectoryError, RunLock, error_exit_code, write_text_atomic
 
 
@@ -321,18 +321,26 @@ def fit_grid(args: argparse.Namespace, device: torch.device, fit_settings: FitSe
                         where = f"alpha {alpha:g} M {words} seed {seed} D {dim} {head}"
                         bar.set_description(where)
                         torch.manual_seed(seed)
-                        model = SyntheticModel(SYNTHETIC_HEADS[head], options[head],
-                                               args.contexts, words, dim,
-                                               decoder_bias=args.decoder_bias).to(device)
                         try:
+                            model = SyntheticModel(SYNTHETIC_HEADS[head], options[head],
+                                                   args.contexts, words, dim,
+                                                   decoder_bias=args.decoder_bias).to(device)
                             result = fit(model, targets, fit_settings, show_step)
-                        except FloatingPointError as error:
+                        except (FloatingPointError, RuntimeError) as error:
+                            refused = memory_refused(error) if isinstance(error, RuntimeError) else None
+                            if isinstance(error, RuntimeError) and refused is None:
+                                raise
                             bar.close()
                             # The fits done so far (hours of them, maybe) are written, not lost.
                             if rows and write_outputs(rows, args.out, args.json) != 0:
                                 return 2
                             kept = (f"the {len(rows)} fit(s) before it are in {args.out / 'results.csv'}"
                                     if rows else "no fit finished before it")
+                            if refused:          # a --set size with a typo's zeros: bad input
+                                print(f"synthetic.py: {where}: the model does not fit in this machine's "
+                                      f"memory ({refused}); is a --set size too large? ({kept})",
+                                      file=sys.stderr)
+                                return 2
                             print(f"synthetic.py: {where}: {error}; try a smaller --lr, with another "
                                   f"--out ({kept})", file=sys.stderr)
                             return 1

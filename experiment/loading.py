@@ -163,6 +163,15 @@ def one_heap_for_every_thread() -> bool:
     return mallopt is not None and bool(mallopt(M_ARENA_MAX, 1))
 
 
+def memory_refused(error: RuntimeError) -> str | None:
+    """What the CPU allocator refused, 'building it asked for a tensor of N bytes', where `error`
+    is its refusal (a size with a typo's zeros, head.knots=100000000000), else None."""
+    if "can't allocate memory" not in str(error):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", str(error))
+    return f"building it asked for a tensor of {int(asked.group(1)):,} bytes" if asked else "building it asked for a tensor"
+
+
 def initial_model(config: Config, corpus) -> LanguageModel:
     """The model a new run of `config` starts from, exactly as train.py builds it: the global
     random stream seeded with train.seed, then the model built on the CPU. The stream goes on
@@ -174,15 +183,14 @@ def initial_model(config: Config, corpus) -> LanguageModel:
     except RuntimeError as e:
         # a size in the config beyond this machine (head.knots=100000000000, a typo's zeros): one
         # line naming the sizes, not the CPU allocator's traceback
-        if "can't allocate memory" not in str(e):
+        refused = memory_refused(e)
+        if refused is None:
             raise
         sizes = {**{f"model.{key}": value for key, value in config.to_dict()["model"].items()},
                  **{f"head.{key}": value for key, value in config.to_dict()["head"].items()}}
         settings = " ".join(f"{key}={value}" for key, value in sizes.items() if isinstance(value, int)
                             and not isinstance(value, bool))
-        asked = re.search(r"allocate (\d+) bytes", str(e))
-        tensor = f"a tensor of {int(asked.group(1)):,} bytes" if asked else "a tensor"
-        raise ConfigError(f"the model does not fit in this machine's memory (building it asked for {tensor}): "
+        raise ConfigError(f"the model does not fit in this machine's memory ({refused}): "
                           f"its integer sizes are {settings}; is one too large?") from None
 
 

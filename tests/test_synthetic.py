@@ -582,6 +582,21 @@ def test_cli_a_diverging_fit_keeps_the_fits_before_it(tmp_path, capsys, monkeypa
     assert (out / "results.md").is_file()
 
 
+def test_cli_a_size_beyond_memory_is_one_line_and_keeps_the_fits_before_it(tmp_path, capsys):
+    """--set plif.knots=100000000000 (a typo's zeros) was the CPU allocator's RuntimeError
+    traceback from building the model, after the fits before it had run and with none of them
+    written. 2**60 knots (4 * 2**60 bytes) are beyond any address space."""
+    out = tmp_path / "grid"
+    done = _synthetic_here(capsys, *TINY_GRID[:-2], "softmax", "plif", "--set", f"plif.knots={2**60}",
+                           "--no-compile", "--out", str(out))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"synthetic.py: alpha 0.1 M 20 seed 0 D 2 plif: the model does not fit in this machine's "
+        f"memory (building it asked for a tensor of {4 * 2**60:,} bytes); is a --set size too large? "
+        f"(the 1 fit(s) before it are in {out / 'results.csv'})")
+    assert [r.head for r in from_csv((out / "results.csv").read_text())] == ["softmax"]
+
+
 def test_cli_a_grid_stopped_part_way_keeps_its_fits_and_the_same_command_fits_the_rest(
         tmp_path, capsys, monkeypatch):
     """A grid stopped by Ctrl-C or SIGTERM wrote nothing (7 fits of 56 minutes lost at M = 1,000;
