@@ -38,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from evaluation.loop import perplexity
+from .config import ConfigError
 from .run_directory import write_text_atomic
 
 
@@ -239,7 +240,7 @@ class RunLog:
         self.prefix = f"{label} | " if label else ""      # a group's run: its name first
 
     def open_tensorboard(self, step: int) -> None:
-        from torch.utils.tensorboard import SummaryWriter  # imported only when used: it is slow
+        SummaryWriter = tensorboard_writer()
         log_dir = self.run_dir / "tensorboard"
         wait_for_a_later_event_file_name(log_dir)
         # purge_step: events logged after last.pt was saved are dropped; they are logged again.
@@ -268,6 +269,20 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def tensorboard_writer():
+    """torch's SummaryWriter, imported only when run.tensorboard asks for it (the import is slow).
+    ConfigError, one line naming the setting, where TensorBoard cannot be imported: train.py checks
+    this before it writes anything, since the run would otherwise stop at its first step, with a
+    traceback, after config.yaml and run.json were written."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise ConfigError(f"run.tensorboard=true, but TensorBoard cannot be imported ({e}); install it "
+                          f"(pip install tensorboard, as requirements.txt does) or set "
+                          f"run.tensorboard=false") from None
+    return SummaryWriter
 
 
 def wait_for_a_later_event_file_name(log_dir: Path) -> None:

@@ -37,7 +37,7 @@ from .cli import ArgumentParser, handle_stop_signal, leave_a_closed_terminal
 from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
-from .progress import TrainingProgress
+from .progress import TrainingProgress, tensorboard_writer
 from .run_directory import (LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable, default_run_name,
                             error_exit_code, finetune_config, held_elsewhere, make_run_dir, trained_corpus)
 
@@ -283,6 +283,8 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     if args.resume and world.is_main:
         held.enter_context(run_to_resume(Path(args.resume), args.overrides))
     config, run_dir, resume_ckpt = resolve_run(args)
+    if config.run.tensorboard and world.is_main:      # rank 0 writes TensorBoard's scalars
+        tensorboard_writer()
     device = world.device(config.run.device)
     corpus = load_corpus(config.data.dataset, config.data.data_dir,
                          allow_modified=config.data.allow_modified_corpus)

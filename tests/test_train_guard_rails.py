@@ -240,6 +240,21 @@ def test_a_size_beyond_memory_is_one_line_naming_the_sizes(dry_run, small, tmp_p
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_tensorboard_not_installed_is_one_line_before_anything_is_written(dry_run, small, tmp_path, capsys,
+                                                                          monkeypatch):
+    """run.tensorboard=true (the full-size configs' default) without TensorBoard was an ImportError
+    traceback at the first step, after config.yaml and run.json were written. None in sys.modules
+    makes the import fail as a missing package does."""
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "run.tensorboard=true", "run.max_steps=1", f"run.dir={run_dir}", *dry_run]) == 2
+    message = one_line_error(capsys)
+    assert message.startswith("error: run.tensorboard=true, but TensorBoard cannot be imported (")
+    assert message.endswith("or set run.tensorboard=false")
+    assert not run_dir.exists()
+
+
 def test_the_same_command_again_after_a_run_finished_says_it_has_finished(small, tmp_path, capsys):
     """It said "continue it with python train.py --resume", which for a finished run trains
     nothing; the line names what can be done with it, the directory untouched."""
