@@ -19,7 +19,7 @@ import torch
 
 from .averaged_sgd import AveragedSGD, make_optimizer
 from .progress import TrainingProgress
-from .run_directory import write_atomic
+from .run_directory import runs_held, write_atomic
 
 FORMAT = "awd-lstm-heads/1"
 
@@ -137,8 +137,8 @@ def existing_checkpoint(path: str | Path, name: str = "best.pt") -> Path:
     if not run_dir.exists() and run_dir.suffix != ".pt":
         raise CheckpointError(f"{run_dir}: no such run directory ({EXPECTED})")
     if run_dir.is_dir():
-        runs = sorted(p.parent.name for p in run_dir.glob(f"*/{name}"))[:3]
-        inside = f" (it holds runs: {', '.join(runs)}{', ...' if len(runs) == 3 else ''})" if runs else ""
+        runs = runs_held(run_dir, name)
+        inside = f" (it holds runs: {runs})" if runs else ""
         raise CheckpointError(f"{run_dir}: not a run directory, no {name} and no config.yaml{inside}; "
                               f"give one run's directory or checkpoint")
     raise CheckpointError(f"{resolved}: checkpoint not found")

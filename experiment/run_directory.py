@@ -59,6 +59,23 @@ def check_run_dir_usable(run_dir: Path, name: str = "run.dir") -> None:
         raise RunDirectoryError(f"{name} {run_dir}: {existing} is not writable; choose another {name}")
 
 
+def runs_held(folder: Path, checkpoint_name: str = "last.pt") -> str | None:
+    """The first few runs `folder` holds (its subfolders with a `checkpoint_name`), as text for a
+    message ("a, b, c, ..."), or None where it holds none."""
+    runs = sorted(p.parent.name for p in folder.glob(f"*/{checkpoint_name}"))[:3]
+    return f"{', '.join(runs)}{', ...' if len(runs) == 3 else ''}" if runs else None
+
+
+def folder_of_runs(folder: Path) -> str | None:
+    """What `folder` is where it is a folder of runs rather than a run directory (`runs` given for
+    `runs/NAME`: no last.pt or config.yaml of its own, runs' directories inside), for a message;
+    else None. A run started or resumed there would mix its files with the runs' folders."""
+    if (folder / "last.pt").is_file() or (folder / "config.yaml").is_file():
+        return None
+    runs = runs_held(folder)
+    return f"a folder of runs, not a run directory (it holds {runs})" if runs else None
+
+
 def make_run_dir(run_dir: Path) -> None:
     """mkdir -p, its failure (a read-only file system, say) one line."""
     check_run_dir_usable(run_dir)

@@ -39,7 +39,8 @@ from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress, tensorboard_writer
 from .run_directory import (LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable, default_run_name,
-                            error_exit_code, finetune_config, held_elsewhere, make_run_dir, trained_corpus)
+                            error_exit_code, finetune_config, folder_of_runs, held_elsewhere, make_run_dir,
+                            trained_corpus)
 
 
 def parse_args(argv=None):
@@ -139,10 +140,8 @@ def resume_directory(run_dir: Path, overrides) -> Path:
                           f"last.pt ({run_dir.parent})")
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such run directory")
-    runs = sorted(p.parent.name for p in run_dir.glob("*/last.pt"))[:3]
-    if not (run_dir / "last.pt").is_file() and runs and not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"--resume {run_dir}: a folder of runs, not a run directory (it holds "
-                          f"{', '.join(runs)}{', ...' if len(runs) == 3 else ''}); give one run's directory, "
+    if what := folder_of_runs(run_dir):
+        raise ConfigError(f"--resume {run_dir}: {what}; give one run's directory, "
                           f"or continue a plan's runs with sweep.py PLAN")
     if not (run_dir / "last.pt").is_file():
         raise CheckpointError(f"{run_dir / 'last.pt'}: checkpoint not found; --resume needs a run directory "
@@ -297,6 +296,9 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     identity = run_identity(config, model, corpus)
     if resume_ckpt is None and world.is_main:
         check_run_dir_usable(run_dir)
+        if what := folder_of_runs(run_dir):       # `run.dir=runs`, meant as "under runs/"
+            raise RunDirectoryError(f"run.dir {run_dir}: {what}; give the run a folder of its own, "
+                                    f"e.g. run.dir={run_dir / 'NAME'}")
     if resume_ckpt is None and config.train.init_from:      # (a dry run checks the checkpoint too)
         load_initial_weights(model, config.train.init_from, corpus)
     if args.dry_run:

@@ -356,6 +356,20 @@ def test_resume_refuses_another_run_dir_and_a_best_pt(small, tmp_path, capsys):
                                            f"with sweep.py PLAN")
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_new_run_in_a_folder_of_runs_is_refused_and_writes_nothing(dry_run, tiny_run, tmp_path, small, capsys):
+    """run.dir=runs (meant as "under runs/") trained a run into the folder holding the other runs,
+    its last.pt and config.yaml among their folders; the folder is named as --resume names it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(tiny_run, runs / "ptb-softmax")
+    (runs / "notes.txt").write_text("mine")
+    before = snapshot(runs)
+    assert train.main([PTB, *small, "run.max_steps=1", f"run.dir={runs}", *dry_run]) == 2
+    assert one_line_error(capsys) == (f"error: run.dir {runs}: a folder of runs, not a run directory (it holds "
+                                      f"ptb-softmax); give the run a folder of its own, e.g. run.dir={runs / 'NAME'}")
+    assert snapshot(runs) == before and not (runs / ".lock").exists()
+
+
 class Killed(BaseException):
     """Stands for SIGKILL: nothing in train.py handles it."""
 
