@@ -38,9 +38,9 @@ from .config import Config, ConfigError, load_config, parse_override
 from .distributed import World
 from .loading import initial_model, keep_freed_host_memory, set_deterministic, set_float32_precision
 from .progress import TrainingProgress, tensorboard_writer
-from .run_directory import (LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable, default_run_name,
-                            error_exit_code, finetune_config, folder_of_runs, held_elsewhere, make_run_dir,
-                            trained_corpus)
+from .run_directory import (FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable,
+                            default_run_name, error_exit_code, finetune_config, folder_of_runs, held_elsewhere,
+                            make_run_dir, trained_corpus)
 
 
 def parse_args(argv=None):
@@ -122,6 +122,9 @@ def resolve_run(args) -> tuple[Config, Path, dict | None]:
                                     f"(training, or evaluate.py or rank.py reading it): finetune it "
                                     f"once that has ended, from its final best.pt")
         config = finetune_config(source, args.overrides)
+        if Path(config.run.dir).resolve() == source.resolve():
+            raise ConfigError(f"run.dir={config.run.dir}: the run being finetuned; a finetuning is a run of "
+                              f"its own, written into {source / FINETUNE_DIR} unless run.dir names another folder")
         return config, Path(config.run.dir), None
     config = load_config(args.config, args.overrides)
     if config.run.dir:

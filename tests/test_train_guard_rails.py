@@ -370,6 +370,17 @@ def test_a_new_run_in_a_folder_of_runs_is_refused_and_writes_nothing(dry_run, ti
     assert snapshot(runs) == before and not (runs / ".lock").exists()
 
 
+def test_a_finetuning_into_the_run_it_finetunes_is_refused_naming_where_it_goes(tiny_run, capsys):
+    """--finetune RUN run.dir=RUN said RUN "already holds a finished run; ... train on from its best
+    model with python train.py --finetune RUN", the command just given."""
+    before = snapshot(tiny_run)
+    assert train.main(["--finetune", str(tiny_run), f"run.dir={tiny_run}/"]) == 2
+    assert one_line_error(capsys) == (f"error: run.dir={tiny_run}/: the run being finetuned; a finetuning is a run "
+                                      f"of its own, written into {tiny_run / 'finetune'} unless run.dir names "
+                                      f"another folder")
+    assert snapshot(tiny_run) == before
+
+
 class Killed(BaseException):
     """Stands for SIGKILL: nothing in train.py handles it."""
 
