@@ -223,16 +223,41 @@ def check_world_size(ckpt: dict, world: World, path: Path) -> None:
                               f"states are in the checkpoint")
 
 
-def load_initial_weights(model, path: str, corpus) -> None:
+# What sets a model's parameters and their shapes, beside the vocabulary.
+MODEL_SHAPE_KEYS = ("head.name", "model.emsize", "model.nhid", "model.nhidlast", "model.nlayers")
+
+
+def load_initial_weights(model, path: str, corpus, config: Config) -> None:
     if Path(path).is_dir():
         raise CheckpointError(f"train.init_from: {path} is a folder; give a checkpoint file, e.g. "
                               f"{Path(path) / 'best.pt'}")
+    init = None
     try:
         init = checkpoint.load(path)
         checkpoint.check_vocabulary(init, corpus, path)
         checkpoint.load_model_state(model, init["model"], path)
     except CheckpointError as e:
-        raise CheckpointError(f"train.init_from: {e}") from None
+        # A list of missing keys or a mismatched shape says what does not fit, not why: the run
+        # it comes from has another head or size, which is what a person changes.
+        why = "" if init is None else model_difference(init.get("config") or {}, config)
+        raise CheckpointError(f"train.init_from: {e}{why}") from None
+
+
+def model_difference(saved: dict, config: Config) -> str:
+    """Where a checkpoint's config (`saved`) builds another model than `config` ("; it is of a run
+    with head.name=softmax, this config has head.name=mos"), or "" where they agree."""
+    def value(settings: dict, key: str):
+        section, name = key.split(".")
+        return (settings.get(section) or {}).get(name)
+
+    wanted = config.to_dict()
+    differing = [key for key in MODEL_SHAPE_KEYS if saved and value(saved, key) != value(wanted, key)]
+    if not differing:
+        return ""
+
+    def listed(settings: dict) -> str:
+        return " ".join(f"{key}={value(settings, key)}" for key in differing)
+    return f"; it is of a run with {listed(saved)}, this config has {listed(wanted)}"
 
 
 def warn_if_cpu_by_default(config: Config, device: torch.device, params: int) -> None:
@@ -303,7 +328,7 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
             raise RunDirectoryError(f"run.dir {run_dir}: {what}; give the run a folder of its own, "
                                     f"e.g. run.dir={run_dir / 'NAME'}")
     if resume_ckpt is None and config.train.init_from:      # (a dry run checks the checkpoint too)
-        load_initial_weights(model, config.train.init_from, corpus)
+        load_initial_weights(model, config.train.init_from, corpus, config)
     if args.dry_run:
         if world.is_main:
             if resume_ckpt is None:    # what the run itself would refuse: a run.dir holding a run

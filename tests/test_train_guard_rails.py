@@ -381,6 +381,21 @@ def test_a_finetuning_into_the_run_it_finetunes_is_refused_naming_where_it_goes(
     assert snapshot(tiny_run) == before
 
 
+def test_init_from_a_run_of_another_head_or_size_names_the_settings_that_differ(tiny_run, small, tmp_path, capsys):
+    """A checkpoint of another head or size was refused with its missing keys or a mismatched
+    shape only; the line now ends with the settings that make the models differ."""
+    from tests.conftest import head_overrides
+    init = f"train.init_from={tiny_run / 'best.pt'}"
+    run_dir = tmp_path / "run"
+    assert train.main([PTB, *small, "model.emsize=8", "model.nhidlast=8", init, f"run.dir={run_dir}"]) == 2
+    assert one_line_error(capsys).endswith("in the model the config builds; it is of a run with model.emsize=16 "
+                                           "model.nhidlast=16, this config has model.emsize=8 model.nhidlast=8")
+    assert train.main([PTB, *small, *head_overrides("mos"), init, f"run.dir={run_dir}"]) == 2
+    assert one_line_error(capsys).endswith("; it is of a run with head.name=softmax model.nhidlast=16, this config "
+                                           "has head.name=mos model.nhidlast=12")
+    assert not run_dir.exists()
+
+
 class Killed(BaseException):
     """Stands for SIGKILL: nothing in train.py handles it."""
 
