@@ -34,6 +34,8 @@ from .download import (
 EOS = "<eos>"
 DATA_DIR_ENV = "AWD_DATA_DIR"
 CACHE_DIR_ENV = "AWD_CACHE_DIR"
+# How a train.py user accepts a modified corpus (load_corpus's `allowed_by`, for its refusal's hint).
+ALLOWED_BY_CONFIG = "set data.allow_modified_corpus=true"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "corpora"
 DEFAULT_CACHE_DIR = Path("~/.cache/awd_lstm")
 # Bump when the tokenisation or the cache layout changes, so old caches are ignored.
@@ -112,7 +114,7 @@ def load_corpus(
     download: bool = True,
     cache_dir: str | Path | None = None,
     allow_modified: bool = False,
-    allowed_by: str | None = "set data.allow_modified_corpus=true",
+    allowed_by: str | None = ALLOWED_BY_CONFIG,
 ) -> Corpus:
     """Load `dataset` ("ptb" or "wikitext-2") from `<data dir>/<dataset>/`,
     downloading it first if allowed, and tokenise it (or reuse cached ids).

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 
 from data import DataError, load_corpus
-from data.corpus import describe_text_change, differing_splits
+from data.corpus import ALLOWED_BY_CONFIG, describe_text_change, differing_splits
 from evaluation.loop import perplexity
 from model import count_parameters
 from . import checkpoint
@@ -313,8 +313,11 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     if config.run.tensorboard and world.is_main:      # rank 0 writes TensorBoard's scalars
         tensorboard_writer()
     device = world.device(config.run.device)
+    # A resumed run cannot change data.allow_modified_corpus (nor its text: check_same_text), so
+    # its refusal of a modified file does not suggest setting it.
     corpus = load_corpus(config.data.dataset, config.data.data_dir,
-                         allow_modified=config.data.allow_modified_corpus)
+                         allow_modified=config.data.allow_modified_corpus,
+                         allowed_by=ALLOWED_BY_CONFIG if resume_ckpt is None else None)
     check_splits(config, corpus)
     world.columns(config.train.batch_size)          # an equal share of the batch for each process
     set_float32_precision(config.run.tf32)

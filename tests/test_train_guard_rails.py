@@ -396,6 +396,24 @@ def test_init_from_a_run_of_another_head_or_size_names_the_settings_that_differ(
     assert not run_dir.exists()
 
 
+def test_a_resume_on_a_modified_corpus_does_not_suggest_allowing_it(small, small_data, tmp_path, capsys, monkeypatch):
+    """A run on the published text resumed on a modified one was told to "set
+    data.allow_modified_corpus=true", which --resume then refused as a change of a fixed key. Here
+    `small_data` stands for the published corpus while the run starts, and is a modified one after."""
+    from data import download
+    published = {f"{split}.txt": file_sha256(small_data / "ptb" / f"{split}.txt") for split in ("train", "valid", "test")}
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as as_published:
+        as_published.setitem(download.CHECKSUMS, "ptb", published)
+        assert train.main([PTB, *small, "data.allow_modified_corpus=false", "run.max_steps=1", f"run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    before = snapshot(run_dir)
+    assert train.main(["--resume", str(run_dir), "run.max_steps=2"]) == 2
+    message = one_line_error(capsys)
+    assert message.startswith(f"error: {small_data / 'ptb' / 'train.txt'}: ") and message.endswith("; restore the file")
+    assert snapshot(run_dir) == before
+
+
 class Killed(BaseException):
     """Stands for SIGKILL: nothing in train.py handles it."""
 
