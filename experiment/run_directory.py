@@ -207,6 +207,33 @@ def held_elsewhere(lock_file: Path) -> bool:
     return False
 
 
+# The most a lock file's "PID (command)" line can take, in UTF-8 bytes.
+LOCK_TEXT_BYTES = 4 * LOCK_COMMAND_CHARS + 64
+WAIT_OR_ANOTHER = "wait for it to end or choose another directory"
+
+
+def in_use(run_dir: Path, holder: bytes, way_out: str) -> RunDirectoryError:
+    """The refusal of a run directory whose lock another process holds, naming it by the
+    "PID (command)" line it wrote into the lock file (`holder`)."""
+    text = holder.decode("utf-8", "replace").strip()
+    by = f"PID {text}" if text else "another process (it has not written its PID yet)"
+    return RunDirectoryError(f"{run_dir} is in use by {by}; one process at a time writes into a "
+                             f"run directory: {way_out}")
+
+
+def refuse_if_in_use(run_dir: Path, way_out: str = WAIT_OR_ANOTHER) -> None:
+    """What RunLock.acquire would refuse, found without writing (held_elsewhere): a dry run says
+    that the directory is in use, not what it would say of the run inside."""
+    path = run_dir / LOCK_NAME
+    if held_elsewhere(path):
+        try:
+            with open(path, "rb") as lock_file:
+                holder = lock_file.read(LOCK_TEXT_BYTES)
+        except OSError:
+            holder = b""
+        raise in_use(run_dir, holder, way_out)
+
+
 class RunLock:
     """Exclusive use of a run directory for the life of this object (or of the process).
 
@@ -214,8 +241,7 @@ class RunLock:
             ... write into run_dir ...
     """
 
-    def __init__(self, run_dir: str | Path,
-                 way_out: str = "wait for it to end or choose another directory"):
+    def __init__(self, run_dir: str | Path, way_out: str = WAIT_OR_ANOTHER):
         self.run_dir = Path(run_dir)
         self.way_out = way_out          # what the error of a run directory in use suggests
         self.fd: int | None = None
@@ -230,11 +256,9 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 4 * LOCK_COMMAND_CHARS + 64, 0).decode("utf-8", "replace").strip()
+            holder = os.pread(fd, LOCK_TEXT_BYTES, 0)
             os.close(fd)
-            by = f"PID {holder}" if holder else "another process (it has not written its PID yet)"
-            raise RunDirectoryError(f"{self.run_dir} is in use by {by}; one process at a "
-                                    f"time writes into a run directory: {self.way_out}") from None
+            raise in_use(self.run_dir, holder, self.way_out) from None
         except OSError as e:         # a file system without flock (some network or FUSE mounts)
             os.close(fd)
             raise RunDirectoryError(f"{self.run_dir}: cannot lock {path} ({e.strerror or e}); "

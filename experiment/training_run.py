@@ -40,7 +40,7 @@ from .loading import initial_model, keep_freed_host_memory, set_deterministic, s
 from .progress import TrainingProgress, tensorboard_writer
 from .run_directory import (FINETUNE_DIR, LOCK_NAME, RunDirectoryError, RunLock, check_run_dir_usable,
                             default_run_name, error_exit_code, finetune_config, folder_of_runs, held_elsewhere,
-                            make_run_dir, trained_corpus)
+                            make_run_dir, refuse_if_in_use, trained_corpus)
 
 
 def parse_args(argv=None):
@@ -334,7 +334,8 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         load_initial_weights(model, config.train.init_from, corpus, config)
     if args.dry_run:
         if world.is_main:
-            if resume_ckpt is None:    # what the run itself would refuse: a run.dir holding a run
+            if resume_ckpt is None:    # what the run itself would refuse: a run.dir in use, holding a run
+                refuse_if_in_use(run_dir)
                 check_new_run_dir(run_dir)
             say_what_settings_leave_out(config)
             print(config.to_yaml(), end="")

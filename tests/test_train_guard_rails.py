@@ -21,6 +21,7 @@ import rank
 import train
 from data.download import file_sha256
 from experiment import checkpoint
+from experiment.run_directory import RunLock
 from model.heads.softmax import SoftmaxHead
 from tests.conftest import TINY, disk_full, enospc_after
 from tests.test_train import metrics, tensorboard_scalars, wait_for
@@ -224,6 +225,12 @@ def test_a_dry_run_refuses_what_the_run_would(small, tmp_path, capsys):
     capsys.readouterr()
     assert train.main([PTB, *small, f"run.dir={run_dir}", "--dry-run"]) == 2
     assert f"{run_dir} already holds a run; continue it with" in one_line_error(capsys)
+    # while another process trains there, the run would say so, not "continue it with --resume"
+    before = snapshot(run_dir)
+    with RunLock(run_dir):
+        assert train.main([PTB, *small, f"run.dir={run_dir}", "--dry-run"]) == 2
+    assert one_line_error(capsys).startswith(f"error: {run_dir} is in use by PID {os.getpid()} (")
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
