@@ -310,6 +310,10 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
     if args.resume and world.is_main:
         held.enter_context(run_to_resume(Path(args.resume), args.overrides))
     config, run_dir, resume_ckpt = resolve_run(args)
+    if resume_ckpt is not None:
+        # Before the batch's split below: a count that does not divide train.batch_size would
+        # be told to change the batch size, which a resume cannot; the count saved is the fix.
+        check_world_size(resume_ckpt, world, run_dir / "last.pt")
     if config.run.tensorboard and world.is_main:      # rank 0 writes TensorBoard's scalars
         tensorboard_writer()
     device = world.device(config.run.device)
@@ -346,7 +350,6 @@ def prepare_run(args, world: World, held: contextlib.ExitStack) -> PreparedRun |
         checkpoint.check_vocabulary(resume_ckpt, corpus, ckpt_path)
         check_belongs_to_run(run_dir, ckpt_path, identity)
         check_same_text(run_dir, corpus)
-        check_world_size(resume_ckpt, world, ckpt_path)
         checkpoint.training_device_cuda_state(checkpoint.rank_rng_state(resume_ckpt, world.rank), device,
                                               ckpt_path)
         checkpoint.check_finite(checkpoint.optimizer_tensors(resume_ckpt), ckpt_path, "optimizer state")

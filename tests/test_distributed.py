@@ -218,6 +218,20 @@ def test_a_batch_size_the_processes_do_not_divide_is_refused(small_data, tmp_pat
     assert not run_dir.exists()
 
 
+def test_resuming_with_a_process_count_that_does_not_divide_the_batch_names_the_count_saved(small_data, tmp_path):
+    # A resume cannot change train.batch_size: the line must say how many processes to resume
+    # with, not suggest another batch size.
+    run_dir = tmp_path / "single"
+    assert train.main(train_args(small_data, run_dir, "run.max_steps=3")) == 0
+    before = (run_dir / "last.pt").read_bytes()
+    results = run_ranks(["--resume", str(run_dir)], n=3)      # TINY's batch of 4 over 3
+    assert [code for code, _, _ in results] == [2, 2, 2]
+    err0 = results[0][2]
+    assert err0.startswith(f"error: {run_dir / 'last.pt'}: saved by 1 process(es), resumed by 3;"), err0
+    assert err0.count("\n") == 1 and results[1][2] == results[2][2] == ""
+    assert (run_dir / "last.pt").read_bytes() == before
+
+
 def test_the_resume_command_of_a_torchrun_run_is_pasteable_on_one_node_and_counts_its_processes(tmp_path):
     from experiment.training_run import resume_command
     run = tmp_path / "a run"
