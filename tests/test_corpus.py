@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -339,3 +342,31 @@ def test_the_tests_read_awd_data_dir_else_a_corpora_folder_holding_both(tmp_path
     assert real_corpora_dir({}, tmp_path) == tmp_path / "corpora"
     assert real_corpora_dir({"AWD_DATA_DIR": "/data"}, tmp_path) == Path("/data")
     assert real_corpora_dir({"AWD_DATA_DIR": ""}, tmp_path) == tmp_path / "corpora"
+
+
+def test_an_awd_data_dir_without_both_corpora_is_one_line_naming_the_file_it_lacks(tmp_path: Path):
+    """AWD_DATA_DIR naming ptb/ itself (a newcomer's slip) fails the corpus tests with one line,
+    not a FileNotFoundError deep in every fixture."""
+    from tests.conftest import missing_corpus_line
+    for dataset in ("ptb", "wikitext-2"):
+        (tmp_path / dataset).mkdir()
+        for name in ("train.txt", "valid.txt", "test.txt"):
+            (tmp_path / dataset / name).write_text("a b\n", encoding="utf-8")
+    assert missing_corpus_line(tmp_path) is None
+    assert missing_corpus_line(tmp_path / "ptb") == (
+        f"AWD_DATA_DIR={tmp_path / 'ptb'}: no {tmp_path / 'ptb' / 'ptb' / 'train.txt'}; the tests "
+        f"read ptb and wikitext-2, each train.txt, valid.txt, test.txt, from the folder AWD_DATA_DIR names")
+    (tmp_path / "wikitext-2" / "test.txt").unlink()
+    assert missing_corpus_line(tmp_path).startswith(f"AWD_DATA_DIR={tmp_path}: no {tmp_path / 'wikitext-2' / 'test.txt'};")
+
+
+def test_a_wrong_awd_data_dir_fails_the_tests_that_read_it_with_that_line(tmp_path: Path):
+    (tmp_path / "test_reads.py").write_text("def test_reads(ptb_slice):\n    pass\n", encoding="utf-8")
+    (tmp_path / "conftest.py").write_text("from tests.conftest import ptb_slice, shared_data_dir  # noqa: F401\n",
+                                          encoding="utf-8")
+    env = {**os.environ, "AWD_DATA_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+                             str(tmp_path / "test_reads.py")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"AWD_DATA_DIR={tmp_path}: no {tmp_path / 'ptb' / 'train.txt'}" in result.stdout
+    assert "FileNotFoundError" not in result.stdout and "Traceback" not in result.stdout
