@@ -75,6 +75,20 @@ def test_one_section_alone(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "9 of 9 checks passed"
 
 
+def test_the_cpu_rank_row_names_no_budget_its_backend_does_not_take(monkeypatch):
+    """--fast's 10 MiB decomposition budget bounds the GPU's torch backend only; the CPU's row
+    printed it beside a larger measured peak, a bound that read as broken, and passed."""
+    import torch
+    monkeypatch.setattr(gpu_check, "mos_cache_peak", lambda *args, **kwargs: (0, 1))
+    report = gpu_check.Report()
+    gpu_check.memory_bounds(report, torch.device("cpu"), fast=True, full_svd=False)
+    rank_row = report.checks[0]
+    assert rank_row.name == "rank.py tiny (V = 1,000)" and rank_row.ok
+    assert rank_row.detail.startswith("LAPACK backend on the CPU (R: 3.8 MiB of host memory), which takes no budget; "
+                                      "measured peak ")
+    assert "budget 10" not in rank_row.detail
+
+
 def test_the_group_rows_fail_a_batched_step_off_by_more_than_rounding(monkeypatch, capsys):
     """The group rows can fail: one member's batched output off by 1e-4 (far more than float32
     rounding; its gradients then differ by about that much) is FAILED, the others stay ok."""
