@@ -486,8 +486,10 @@ def lost_process_message(error: RuntimeError, world: World, step: int, run_dir: 
     """Another process ended (a crash, a SIGKILL): the collective this one waited in failed."""
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     first_line = re.sub(r"^\[[^\]]*\]\s*", "", first_line)[:200]     # gloo's [file:line] prefix
+    # The others' states are in last.pt too: the whole run continues from it, as after a signal.
+    resume = (f"; continue with {resume_command(run_dir, world)}" if (run_dir / "last.pt").is_file() else "")
     return (f"error: rank {world.rank} stopped at step {step} ({first_line}); "
-            f"{describe_last_checkpoint(run_dir)}")
+            f"{describe_last_checkpoint(run_dir)}{resume}")
 
 
 class StopSignals:

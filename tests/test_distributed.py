@@ -232,6 +232,22 @@ def test_resuming_with_a_process_count_that_does_not_divide_the_batch_names_the_
     assert (run_dir / "last.pt").read_bytes() == before
 
 
+def test_a_lost_process_line_says_how_to_continue_from_the_last_checkpoint(tiny_run, tmp_path):
+    """After a crash or a kill of one process the others' line names last.pt and, like a signal
+    stop's, the command that continues the run (with as many processes); before any last.pt,
+    only that none was written."""
+    from experiment.training_run import lost_process_message
+    world = World(rank=1, size=2, distributed=True)
+    lost = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    message = lost_process_message(lost, world, 42, tiny_run)
+    assert message.startswith(f"error: rank 1 stopped at step 42 (Connection closed by peer); the last "
+                              f"checkpoint, {tiny_run / 'last.pt'} (epoch ")
+    assert message.endswith(f"is untouched; continue with torchrun --standalone --nproc_per_node 2 train.py "
+                            f"--resume {tiny_run} (2 processes in all)")
+    assert lost_process_message(lost, world, 3, tmp_path).endswith(
+        f"no checkpoint has been written yet (none in {tmp_path})")
+
+
 def test_the_resume_command_of_a_torchrun_run_is_pasteable_on_one_node_and_counts_its_processes(tmp_path):
     from experiment.training_run import resume_command
     run = tmp_path / "a run"
