@@ -362,13 +362,14 @@ def check_process_count(run: PlannedRun) -> None:
     except CheckpointError:        # (is_finished has read the progress: unreadable, it said so)
         return
     processes = run.train_processes
+    # The saved count first: it divides the batch, and the batch of a started run cannot change.
+    if saved is not None and saved != processes:
+        raise LaunchError(f"--nproc {processes}: {last} was saved by {saved} process(es), and a run "
+                          f"resumes only with as many as it started with; give --nproc {saved}")
     try:
         World(size=processes).columns(run.config.train.batch_size)     # train.py's own rule
     except ConfigError as e:
         raise LaunchError(f"--nproc {processes}: {run.dir}: {e}") from None
-    if saved is not None and saved != processes:
-        raise LaunchError(f"--nproc {processes}: {last} was saved by {saved} process(es), and a run "
-                          f"resumes only with as many as it started with; give --nproc {saved}")
 
 
 def resume_overrides(run: PlannedRun) -> list[str]:

@@ -644,9 +644,10 @@ def test_a_process_count_train_py_would_refuse_is_refused_before_any_run(overrid
     assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), "run.max_steps=3"]) == 0
     before, commands[:] = (run / "last.pt").read_bytes(), []
     capsys.readouterr()
-    for extra in (["--nproc", "2"], ["--nproc", "2", "--dry-run"]):
+    # (3, which does not divide the batch either, is told the count saved, not to change the batch)
+    for extra in (["--nproc", "2"], ["--nproc", "2", "--dry-run"], ["--nproc", "3"]):
         assert sweep.main([CONFIG, *overrides, "--seeds", "1", "--out", str(out), *extra]) == 2
-        assert capsys.readouterr().err == (f"error: --nproc 2: {run / 'last.pt'} was saved by 1 process(es), "
+        assert capsys.readouterr().err == (f"error: --nproc {extra[1]}: {run / 'last.pt'} was saved by 1 process(es), "
                                            f"and a run resumes only with as many as it started with; give "
                                            f"--nproc 1\n")
     assert commands == [] and (run / "last.pt").read_bytes() == before
