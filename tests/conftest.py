@@ -60,17 +60,18 @@ def real_corpora_dir(environ, repo_root: Path) -> Path | None:
     return local if all((local / name).is_dir() for name in ("ptb", "wikitext-2")) else None
 
 
-def missing_corpus_line(folder: Path) -> str | None:
-    """Why `folder`, AWD_DATA_DIR's, cannot serve the tests (None: it holds every split file of
-    both corpora). A folder set by hand and wrong (AWD_DATA_DIR=.../ptb, say) fails the tests
+def missing_corpus_line(folder: Path, environ) -> str | None:
+    """Why `folder` (real_corpora_dir's) cannot serve the tests (None: it holds every split file
+    of both corpora). A folder set by hand and wrong (AWD_DATA_DIR=.../ptb, say) fails the tests
     that read it with this one line, not a skip that hides it nor a FileNotFoundError from
     every fixture that copies a slice."""
     from data.download import DATASETS, SPLIT_FILES, missing_split_files
     missing = [path for dataset in DATASETS for path in missing_split_files(folder / dataset)]
     if not missing:
         return None
-    return (f"AWD_DATA_DIR={folder}: no {missing[0]}; the tests read {' and '.join(DATASETS)}, "
-            f"each {', '.join(SPLIT_FILES)}, from the folder AWD_DATA_DIR names")
+    named = f"AWD_DATA_DIR={folder}" if environ.get("AWD_DATA_DIR") else str(folder)
+    return (f"{named}: no {missing[0]}; the tests read {' and '.join(DATASETS)}, each "
+            f"{', '.join(SPLIT_FILES)}, from the folder AWD_DATA_DIR names, else corpora/")
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,7 @@ def shared_data_dir() -> Path:
     if folder is None:
         pytest.skip("AWD_DATA_DIR is not set and corpora/ does not hold ptb/ and wikitext-2/: "
                     "set it to the folder holding them")
-    if line := missing_corpus_line(folder):
+    if line := missing_corpus_line(folder, os.environ):
         pytest.fail(line, pytrace=False)
     os.environ["AWD_DATA_DIR"] = str(folder)
     return folder

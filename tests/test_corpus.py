@@ -352,12 +352,13 @@ def test_an_awd_data_dir_without_both_corpora_is_one_line_naming_the_file_it_lac
         (tmp_path / dataset).mkdir()
         for name in ("train.txt", "valid.txt", "test.txt"):
             (tmp_path / dataset / name).write_text("a b\n", encoding="utf-8")
-    assert missing_corpus_line(tmp_path) is None
-    assert missing_corpus_line(tmp_path / "ptb") == (
-        f"AWD_DATA_DIR={tmp_path / 'ptb'}: no {tmp_path / 'ptb' / 'ptb' / 'train.txt'}; the tests "
-        f"read ptb and wikitext-2, each train.txt, valid.txt, test.txt, from the folder AWD_DATA_DIR names")
-    (tmp_path / "wikitext-2" / "test.txt").unlink()
-    assert missing_corpus_line(tmp_path).startswith(f"AWD_DATA_DIR={tmp_path}: no {tmp_path / 'wikitext-2' / 'test.txt'};")
+    set_by_hand = {"AWD_DATA_DIR": str(tmp_path / "ptb")}
+    assert missing_corpus_line(tmp_path, set_by_hand) is None
+    assert missing_corpus_line(tmp_path / "ptb", set_by_hand) == (
+        f"AWD_DATA_DIR={tmp_path / 'ptb'}: no {tmp_path / 'ptb' / 'ptb' / 'train.txt'}; the tests read ptb "
+        f"and wikitext-2, each train.txt, valid.txt, test.txt, from the folder AWD_DATA_DIR names, else corpora/")
+    (tmp_path / "wikitext-2" / "test.txt").unlink()           # corpora/, AWD_DATA_DIR unset
+    assert missing_corpus_line(tmp_path, {}).startswith(f"{tmp_path}: no {tmp_path / 'wikitext-2' / 'test.txt'};")
 
 
 def test_a_wrong_awd_data_dir_fails_the_tests_that_read_it_with_that_line(tmp_path: Path):
