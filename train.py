@@ -573,4 +573,4 @@ def run_training(trainer: Trainer, run: PreparedRun, world: World) -> int:
 
 if __name__ == "__main__":
     keep_training_without_a_reader()
-    run_script(main, exit_process)     # a stop before training starts: one line (nothing to save)
+    run_script(main, exit_process, one_process=False)     # a stop before training starts: one line (nothing to save)

@@ -179,9 +179,19 @@ def main_begins() -> None:
         sys.excepthook = sys.__excepthook__
 
 
-def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit) -> NoReturn:
-    """main(), then exit(its status) (train.py's: experiment.distributed.exit_process)."""
+def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit,
+               one_process: bool = True) -> NoReturn:
+    """main(), then exit(its status) (train.py's: experiment.distributed.exit_process). A script
+    of one process (all but train.py) that torchrun started several times is refused with one
+    line from rank 0, exit 2: the copies would each do the whole job into the same run directory,
+    all but one refused its lock, and torchrun would stop that one with a SIGTERM."""
     main_begins()
+    from .distributed import launched_by_torchrun
+    if one_process and launched_by_torchrun() and os.environ.get("WORLD_SIZE") != "1":
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {os.path.basename(sys.argv[0])} runs in one process; start it with python, "
+                  f"not torchrun (train.py is the script that trains across processes)", file=sys.stderr)
+        exit(2)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()

@@ -39,6 +39,11 @@ from .loading import select_device
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
+def launched_by_torchrun(environ=os.environ) -> bool:
+    """Whether torchrun (or a launcher doing as it does) started this process."""
+    return any(name in environ for name in LAUNCH_VARIABLES)
+
+
 class DistributedError(Exception):
     """The processes of a run cannot work together; str(error) is one line."""
 
@@ -126,7 +131,7 @@ class World:
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "World":
-        if not any(name in environ for name in LAUNCH_VARIABLES):
+        if not launched_by_torchrun(environ):
             return cls()
         missing = [name for name in LAUNCH_VARIABLES if name not in environ]
         if missing:

@@ -76,6 +76,26 @@ def test_an_interruption_is_one_line_and_exit_130(capsys):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("script", ["evaluate.py", "rank.py", "generate.py"])
+def test_a_script_of_one_process_under_torchrun_is_one_line_from_rank_0(script, tmp_path):
+    """`torchrun --nproc_per_node 2 evaluate.py RUN` (train.py's way, in gpus.md) started two
+    evaluations of one run: the second was refused the run's lock, and torchrun stopped the first
+    with a SIGTERM whose line said to run the same command again. Each process is now refused
+    before it reads anything, rank 0 saying why; a 1-process torchrun is one process."""
+    run = tmp_path / "run"
+    run.mkdir()
+    launched = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    for rank, said in (("0", f"error: {script} runs in one process; start it with python, not torchrun "
+                             f"(train.py is the script that trains across processes)\n"), ("1", "")):
+        done = subprocess.run([sys.executable, script, str(run)], cwd=REPO, capture_output=True, text=True,
+                              env={**launched, "RANK": rank}, timeout=120)
+        assert (done.returncode, done.stderr, done.stdout) == (2, said, "")
+    assert list(run.iterdir()) == []
+    alone = subprocess.run([sys.executable, script, str(run)], cwd=REPO, capture_output=True, text=True,
+                           env={**launched, "WORLD_SIZE": "1", "RANK": "0"}, timeout=120)
+    assert "not torchrun" not in alone.stderr and alone.returncode == 2      # the empty run's own refusal
+
+
 @pytest.mark.parametrize("script", ["evaluate.py", "rank.py", "generate.py", "report.py", "synthetic.py"])
 def test_each_script_ends_through_run_script(script):
     """Its `if __name__ == "__main__":` block is run_script(main) (train.py and sweep.py handle
