@@ -179,6 +179,16 @@ def main_begins() -> None:
         sys.excepthook = sys.__excepthook__
 
 
+def started_by_torchrun_in_several_processes(environ=os.environ) -> bool:
+    """torchrun's own mark (TORCHELASTIC_RUN_ID) and a WORLD_SIZE above 1: RANK, WORLD_SIZE or
+    LOCAL_RANK alone may be a cluster's environment (a Kubernetes PyTorchJob's pod, say) that a
+    plain `python evaluate.py` inherits, and is no reason to refuse it."""
+    try:
+        return "TORCHELASTIC_RUN_ID" in environ and int(environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
 def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit,
                one_process: bool = True) -> NoReturn:
     """main(), then exit(its status) (train.py's: experiment.distributed.exit_process). A script
@@ -186,8 +196,7 @@ def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.ex
     line from rank 0, exit 2: the copies would each do the whole job into the same run directory,
     all but one refused its lock, and torchrun would stop that one with a SIGTERM."""
     main_begins()
-    from .distributed import launched_by_torchrun
-    if one_process and launched_by_torchrun() and os.environ.get("WORLD_SIZE") != "1":
+    if one_process and started_by_torchrun_in_several_processes():
         if os.environ.get("RANK", "0") == "0":
             print(f"error: {os.path.basename(sys.argv[0])} runs in one process; start it with python, "
                   f"not torchrun (train.py is the script that trains across processes)", file=sys.stderr)

@@ -84,7 +84,8 @@ def test_a_script_of_one_process_under_torchrun_is_one_line_from_rank_0(script, 
     before it reads anything, rank 0 saying why; a 1-process torchrun is one process."""
     run = tmp_path / "run"
     run.mkdir()
-    launched = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    launched = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "TORCHELASTIC_RUN_ID": "none"}
     for rank, said in (("0", f"error: {script} runs in one process; start it with python, not torchrun "
                              f"(train.py is the script that trains across processes)\n"), ("1", "")):
         done = subprocess.run([sys.executable, script, str(run)], cwd=REPO, capture_output=True, text=True,
@@ -94,6 +95,17 @@ def test_a_script_of_one_process_under_torchrun_is_one_line_from_rank_0(script, 
     alone = subprocess.run([sys.executable, script, str(run)], cwd=REPO, capture_output=True, text=True,
                            env={**launched, "WORLD_SIZE": "1", "RANK": "0"}, timeout=120)
     assert "not torchrun" not in alone.stderr and alone.returncode == 2      # the empty run's own refusal
+
+
+def test_only_torchruns_own_mark_with_several_processes_refuses_a_one_process_script():
+    """A cluster's RANK / WORLD_SIZE / LOCAL_RANK inherited by a plain `python evaluate.py`
+    (a PyTorchJob's pod) is no torchrun; a 1-process torchrun is one process."""
+    from experiment.cli import started_by_torchrun_in_several_processes as several
+    assert several({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})
+    assert not several({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0"})
+    assert not several({"WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0"})
+    assert not several({"LOCAL_RANK": "0"})
+    assert not several({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "two"})
 
 
 @pytest.mark.parametrize("script", ["evaluate.py", "rank.py", "generate.py", "report.py", "synthetic.py"])
