@@ -38,7 +38,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiment.cli import ArgumentParser, stdout_closed, main_begins, quiet_interrupt_while_starting
+from experiment.cli import (ArgumentParser, main_begins, quiet_interrupt_while_starting,
+                          refuse_several_torchrun_processes, stdout_closed)
 
 if __name__ == "__main__":        # (not when a test imports the script)
     quiet_interrupt_while_starting()   # before torch's import, which takes seconds: a Ctrl-C there is one line
@@ -452,6 +453,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     main_begins()
+    refuse_several_torchrun_processes()     # two sweeps of one plan would race for its runs
     try:
         sys.exit(main())
     except BrokenPipeError:

@@ -189,6 +189,17 @@ def started_by_torchrun_in_several_processes(environ=os.environ) -> bool:
         return False
 
 
+def refuse_several_torchrun_processes(exit: Callable[[int], NoReturn] = sys.exit) -> None:
+    """A script of one process that torchrun started several times: one line from rank 0, exit 2
+    in each, before it reads anything."""
+    if started_by_torchrun_in_several_processes():
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {os.path.basename(sys.argv[0])} runs in one process; start it with python, "
+                  f"not torchrun (train.py is the script that trains across processes; sweep.py "
+                  f"--nproc starts it so)", file=sys.stderr)
+        exit(2)
+
+
 def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.exit,
                one_process: bool = True) -> NoReturn:
     """main(), then exit(its status) (train.py's: experiment.distributed.exit_process). A script
@@ -196,11 +207,8 @@ def run_script(main: Callable[[], int], exit: Callable[[int], NoReturn] = sys.ex
     line from rank 0, exit 2: the copies would each do the whole job into the same run directory,
     all but one refused its lock, and torchrun would stop that one with a SIGTERM."""
     main_begins()
-    if one_process and started_by_torchrun_in_several_processes():
-        if os.environ.get("RANK", "0") == "0":
-            print(f"error: {os.path.basename(sys.argv[0])} runs in one process; start it with python, "
-                  f"not torchrun (train.py is the script that trains across processes)", file=sys.stderr)
-        exit(2)
+    if one_process:
+        refuse_several_torchrun_processes(exit)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()

@@ -76,7 +76,7 @@ def test_an_interruption_is_one_line_and_exit_130(capsys):
     assert exit_info.value.code == 2
 
 
-@pytest.mark.parametrize("script", ["evaluate.py", "rank.py", "generate.py"])
+@pytest.mark.parametrize("script", ["evaluate.py", "rank.py", "generate.py", "sweep.py"])
 def test_a_script_of_one_process_under_torchrun_is_one_line_from_rank_0(script, tmp_path):
     """`torchrun --nproc_per_node 2 evaluate.py RUN` (train.py's way, in gpus.md) started two
     evaluations of one run: the second was refused the run's lock, and torchrun stopped the first
@@ -86,8 +86,9 @@ def test_a_script_of_one_process_under_torchrun_is_one_line_from_rank_0(script, 
     run.mkdir()
     launched = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                 "TORCHELASTIC_RUN_ID": "none"}
-    for rank, said in (("0", f"error: {script} runs in one process; start it with python, not torchrun "
-                             f"(train.py is the script that trains across processes)\n"), ("1", "")):
+    refusal = (f"error: {script} runs in one process; start it with python, not torchrun (train.py is "
+               f"the script that trains across processes; sweep.py --nproc starts it so)\n")
+    for rank, said in (("0", refusal), ("1", "")):
         done = subprocess.run([sys.executable, script, str(run)], cwd=REPO, capture_output=True, text=True,
                               env={**launched, "RANK": rank}, timeout=120)
         assert (done.returncode, done.stderr, done.stdout) == (2, said, "")
