@@ -72,6 +72,15 @@ class TrainingProgress:
         return self.epoch - 1
 
     @property
+    def saved_where(self) -> str:
+        """Where in training a checkpoint of this progress was saved, for a message: "after epoch
+        30, step 20581" at an epoch's end (its `epoch` is then already the next one, 31, which
+        read as if epoch 31 were done), else "within epoch 31, step 20900"."""
+        if self.position == 0 and self.completed_epochs:
+            return f"after epoch {self.completed_epochs}, step {self.step}"
+        return f"within epoch {self.epoch}, step {self.step}"
+
+    @property
     def epoch_train_nll(self) -> float:
         return self.epoch_nll_sum / max(self.epoch_tokens, 1)
 

@@ -439,7 +439,7 @@ def describe_last_checkpoint(run_dir: Path) -> str:
         progress = TrainingProgress.read(path)
     except Exception:
         return f"{path} is untouched (but not readable as a checkpoint)"
-    return f"the last checkpoint, {path} (epoch {progress.epoch}, step {progress.step}), is untouched"
+    return f"the last checkpoint, {path} ({progress.saved_where}), is untouched"
 
 
 def non_finite_message(loss: float, grad_norm: float, progress: TrainingProgress, run_dir: Path) -> str:

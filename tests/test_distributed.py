@@ -241,7 +241,7 @@ def test_a_lost_process_line_says_how_to_continue_from_the_last_checkpoint(tiny_
     lost = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
     message = lost_process_message(lost, world, 42, tiny_run)
     assert message.startswith(f"error: rank 1 stopped at step 42 (Connection closed by peer); the last "
-                              f"checkpoint, {tiny_run / 'last.pt'} (epoch ")
+                              f"checkpoint, {tiny_run / 'last.pt'} (after epoch ")   # a finished run's
     assert message.endswith(f"is untouched; continue with torchrun --standalone --nproc_per_node 2 train.py "
                             f"--resume {tiny_run} (2 processes in all)")
     assert lost_process_message(lost, world, 3, tmp_path).endswith(

@@ -138,3 +138,11 @@ def test_peak_gpu_memory_is_on_the_progress_line_and_in_the_epoch_record_on_cuda
             assert "peak" not in line and "peak" not in printed
         else:
             assert line.endswith("| peak 3.50 GiB") and printed.rstrip().endswith("| peak 3.50 GiB")
+
+
+def test_a_checkpoint_at_an_epochs_end_is_said_to_be_after_that_epoch():
+    """A last.pt saved as epoch 30 ended holds epoch = 31 (the next one, at position 0): a
+    message said "(epoch 31, step S)", as if epoch 31 were done."""
+    assert TrainingProgress(epoch=31, position=0, step=20581).saved_where == "after epoch 30, step 20581"
+    assert TrainingProgress(epoch=31, position=7, step=20588).saved_where == "within epoch 31, step 20588"
+    assert TrainingProgress().saved_where == "within epoch 1, step 0"        # nothing trained yet

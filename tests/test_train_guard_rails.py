@@ -74,7 +74,7 @@ def test_a_non_finite_update_after_a_finite_loss_writes_no_checkpoint(small, tmp
     err = capsys.readouterr().err
     assert code == 3, err
     assert "non-finite weights after the update" in err and "at step 2 (epoch 1)" in err
-    assert f"the last checkpoint, {run_dir / 'last.pt'} (epoch 1, step 1), is untouched" in err
+    assert f"the last checkpoint, {run_dir / 'last.pt'} (within epoch 1, step 1), is untouched" in err
     last = torch.load(run_dir / "last.pt", weights_only=True)
     assert last["progress"]["step"] == 1
     assert all(torch.isfinite(t).all() for t in last["model"].values())
@@ -109,7 +109,7 @@ def test_the_message_names_the_last_checkpoint_that_exists(small, tmp_path, caps
     code = train.main([PTB, *small, "run.checkpoint_every_steps=2", f"run.dir={run_dir}"])
     err = capsys.readouterr().err
     assert code == 3 and "non-finite weights after the update" in err and "step 5 " in err
-    assert f"the last checkpoint, {run_dir / 'last.pt'} (epoch 1, step 4), is untouched" in err
+    assert f"the last checkpoint, {run_dir / 'last.pt'} (within epoch 1, step 4), is untouched" in err
     last = torch.load(run_dir / "last.pt", weights_only=True)
     assert last["progress"]["step"] == 4
     assert all(torch.isfinite(t).all() for t in last["model"].values())
@@ -134,7 +134,7 @@ def test_a_non_finite_gradient_with_a_finite_loss_stops_the_run(clip, small, tmp
                        f"run.dir={run_dir}"])
     err = capsys.readouterr().err
     assert code == 3 and "non-finite gradient norm" in err and "with a finite loss" in err
-    assert "at step 3 (epoch 1)" in err and "(epoch 1, step 2), is untouched" in err
+    assert "at step 3 (epoch 1)" in err and "(within epoch 1, step 2), is untouched" in err
     last = torch.load(run_dir / "last.pt", weights_only=True)
     assert all(torch.isfinite(t).all() for t in last["model"].values())
 
