@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,8 +342,9 @@ def seeds(args) -> str:
     if not 0 < args.power < 1:
         raise AnalysisError(f"--power: expected a probability between 0 and 1, got {args.power:g}")
     for change in args.change:
-        if change == 0 or change <= -100:
-            raise AnalysisError(f"--change: expected a nonzero percentage above -100, got {change:g}")
+        # float() takes "nan" and "inf": neither is a change a seed count can be planned for
+        if not math.isfinite(change) or change == 0 or change <= -100:
+            raise AnalysisError(f"--change: expected a finite nonzero percentage above -100, got {change:g}")
     spread = args.spread[0] if len(args.spread) == 1 else args.spread
     return write_markdown(power_table(args.change, spread, args.cells, args.power), args.out)
 

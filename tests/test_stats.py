@@ -203,7 +203,10 @@ def test_report_seeds_takes_the_reports_percentages(capsys):
     assert seeds_needed(math.log1p(-0.009), 0.0058) == 8 and seeds_needed(-0.9, 0.0058) == 2
     assert report.main(["seeds", "--change", "+3", "--spread", "1.5", "--cells", "4"]) == 0
     assert f"| +3% | {seeds_needed(math.log1p(0.03), 0.015, cells=4)} |" in capsys.readouterr().out
-    for argv, message in ((["--change", "0", "--spread", "1"], "--change: expected a nonzero percentage"),
+    for argv, message in ((["--change", "0", "--spread", "1"], "--change: expected a finite nonzero percentage"),
+                          # float() takes these: they printed "| +nan% | more than 10000 seeds per cell |"
+                          (["--change", "nan", "--spread", "1"], "--change: expected a finite nonzero percentage"),
+                          (["--change", "-1", "inf", "--spread", "1"], "above -100, got inf"),
                           (["--change", "-1", "--spread", "0"], "--spread: expected a percentage between 0 and 100"),
                           (["--change", "-1", "--spread", "1", "--cells", "1"], "--cells: expected 2 (one row"),
                           (["--change", "-1", "--spread", "1", "--cells", "3"], "or 4 (how a gain differs"),
