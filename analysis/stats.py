@@ -153,7 +153,9 @@ def power(value: float, spread: float, seeds: int, cells: int = 2, level: float 
     if seeds < 2:
         return float("nan")             # one run per cell: no interval (combination's "n = 1")
     df = cells * (seeds - 1)
-    noncentrality = abs(value) / (spread * math.sqrt(cells / seeds))
+    # capped: scipy's nct gives nan past a noncentrality of about 3e9 (a tiny --spread), where the
+    # power is 1 to float precision; at 1e6 it is already exactly 1.0 at every df
+    noncentrality = min(abs(value) / (spread * math.sqrt(cells / seeds)), 1e6)
     t = stats.t.ppf(0.5 + level / 2, df)
     # the lower tail P(T' < -t) as P(T'' > t) at -noncentrality: scipy's nct.cdf gives nan there
     # once the noncentrality is large (12.6 at 2 degrees of freedom)

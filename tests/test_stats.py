@@ -99,6 +99,9 @@ def test_seeds_needed_is_cohens_table():
     assert [seeds_needed(math.log(0.83), spread) for spread in (0.0148, 0.0269, 0.05)] == [2, 2, 3]
     with pytest.raises(ValueError):
         seeds_needed(0.0, 0.01)
+    # a change thousands of millions of times the spread: scipy's noncentral t gave nan there, and
+    # seeds_needed "more than 10000 seeds per cell" where two are plenty
+    assert power(math.log(1.5), 1e-11, 2) == 1.0 and seeds_needed(math.log(1.5), 1e-11) == 2
 
 
 @pytest.mark.parametrize("cells, weights, value", [(2, [1, -1], 0.02), (4, [1, -1, -1, 1], 0.03)])
