@@ -132,7 +132,7 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
         if stale := outdated_note(evaluation, "eval_best.json", run_dir, head, config, best_pt_step):
             result.missing.append(f"test_ppl ({stale})")
         else:
-            result.test_ppl = evaluation["test_ppl"]
+            result.test_ppl = checked_perplexity(evaluation["test_ppl"], run_dir / "eval_best.json")
             result.corpus_published = (evaluation.get("corpus") or {}).get("published")
     else:
         result.missing.append(f"test_ppl (no eval_best.json: run python evaluate.py {run_dir})")
@@ -153,6 +153,20 @@ def read_run(run_dir: Path, group_by: Sequence[str] = ()) -> RunResult:
     else:
         result.missing.append(f"press_rank (no rank_test.json: run python rank.py {run_dir})")
     return result
+
+
+def checked_perplexity(value, path: Path) -> float:
+    """`value`, the test_ppl read from `path`, if it is a perplexity: a finite number of 1 or more.
+    Anything else is refused in one line: the reports take logs of it, and one inf or nan (what
+    evaluate.py writes for a loss past float64's range or a NaN loss) made every mean, interval
+    and spread of its row print as +inf% or nan%; 0, a negative or a string was a traceback."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and math.isfinite(value) and value >= 1:
+        return value
+    why = (" (evaluate.py writes it for a model whose loss overflowed or was NaN: the run diverged)"
+           if is_number and not math.isfinite(value) else "")
+    raise AnalysisError(f"{path}: test_ppl is {value!r}, not a perplexity (a finite number of 1 or more)"
+                        f"{why}; give the report the other runs (move this one out of the folder)")
 
 
 def best_checkpoint_step(metrics: list[dict]) -> int | None:

@@ -415,3 +415,24 @@ def test_an_output_prefix_that_cannot_be_written_as_named_is_refused_first(out, 
         assert exit_info.value.code == 2
         assert capsys.readouterr().err == (f"report.py {command}: error: argument --out: "
                                            f"{message.format(tmp=tmp_path)}\n")
+
+
+@pytest.mark.parametrize("test_ppl", [float("inf"), float("nan"), 0.0, -5.0, 0.5, "abc", None])
+def test_a_test_ppl_that_is_not_a_perplexity_is_refused_in_one_line(test_ppl, tmp_path, capsys):
+    """evaluate.py writes inf (a loss past float64's range) or NaN for a diverged run; a hand-made
+    file may hold anything. Pooled, inf and nan printed '+inf% [+nan, +nan], p = nan' and a
+    'nan% [nan, nan]' seed spread; 0, a negative or a string was a traceback; None silently left
+    the run out. Each report refuses in one line naming the file."""
+    root = ranked_runs(tmp_path / "runs", [("softmax", 1, 16, 100.0, 10), ("softmax", 2, 16, 101.0, 10),
+                                           ("mos", 1, 16, 95.0, 10), ("softmax", 1, 32, 90.0, 10),
+                                           ("mos", 1, 32, 85.0, 10)])
+    bad = root / "ptb-mos-model.emsize=32-seed2"
+    cpu_run(root, "mos", 2, d=32, press_rank=10)
+    (bad / "eval_best.json").write_text(json.dumps({"test_ppl": test_ppl, "test_loss": 4.0}))
+    for command in (["table"], ["versus", "--key", "model.emsize"]):
+        assert report.main([command[0], str(root), *command[1:], "--out", str(tmp_path / "r")]) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert captured.out == "" and "\n" not in err, err
+        assert err.startswith(f"error: {bad / 'eval_best.json'}: test_ppl is {test_ppl!r}, not a perplexity"), err
+        assert ("the run diverged" in err) == (isinstance(test_ppl, float) and not math.isfinite(test_ppl))
