@@ -71,13 +71,19 @@ def seed_spread_line(cells: Sequence, label) -> str:
     if pooled is None:
         return ("No row has two runs with a test perplexity: the seed-to-seed spread is unknown "
                 "here (n = 1 in every row).")
+    identical = "identical test ppl: no interval"
     each = "; ".join(f"{name} {100 * spread.std:.2f}% (n = {len(values)}, "
-                     f"{100 * spread.low:.2f}-{100 * spread.high:.2f}%)"
-                     for name, values in samples for spread in [pooled_spread([values])])
-    return (f"Seed-to-seed spread of test ppl (the sample std of log test ppl, in percent of "
+                     + (identical if spread.low is None else f"{100 * spread.low:.2f}-{100 * spread.high:.2f}%")
+                     + ")" for name, values in samples for spread in [pooled_spread([values])])
+    text = (f"Seed-to-seed spread of test ppl (the sample std of log test ppl, in percent of "
             f"perplexity, with its 95% chi-square interval), pooled over the {pooled.groups} "
-            f"row{'s' * (pooled.groups != 1)} with two runs or more ({pooled.df} degrees of "
-            f"freedom): **{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. "
+            f"row{'s' * (pooled.groups != 1)} with two runs or more ({pooled.df} degrees of freedom): ")
+    if pooled.low is None:       # report.py seeds refuses a spread of 0, so no command is offered
+        return (text + f"**0.00% ({'every row has ' if pooled.groups > 1 else ''}{identical})**. "
+                f"Each: {each}. The seed spread is unknown here: runs that show none give no "
+                f"interval for it (different seeds agreeing to every digit: check for a copied "
+                f"eval_best.json).")
+    return (text + f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. "
             f"Each: {each}. The seeds per cell a true difference of c% needs at this spread: "
             f"`python report.py seeds --change c --spread {100 * pooled.std:.2f}`.")
 

@@ -122,22 +122,26 @@ def holm(p_values: Sequence[float]) -> list[float]:
 @dataclass(frozen=True)
 class Spread:
     """The sample standard deviation pooled over groups (each around its own mean), with its
-    chi-square interval."""
+    chi-square interval (None when every sample's values are identical: see pooled_spread)."""
     std: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     df: int                                # sum over the groups of (n - 1)
     groups: int
 
 
 def pooled_spread(samples: Sequence[Sequence[float]], level: float = LEVEL) -> Spread | None:
     """The within-group spread of the samples of two values or more, pooled:
-    s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1); None when no sample has two values."""
+    s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1); None when no sample has two values. Where every
+    sample's values are identical the std is 0 and there is no interval: the chi-square interval
+    of s = 0 is [0, 0], a spread known exactly, where the runs only show none."""
     used = [np.asarray(s, dtype=np.float64) for s in samples if len(s) >= 2]
     if not used:
         return None
     df = sum(a.size - 1 for a in used)
     squares = float(sum(((a - a.mean()) ** 2).sum() for a in used))
+    if squares == 0:
+        return Spread(0.0, None, None, df, len(used))
     low = math.sqrt(squares / stats.chi2.ppf(0.5 + level / 2, df))
     high = math.sqrt(squares / stats.chi2.ppf(0.5 - level / 2, df))
     return Spread(math.sqrt(squares / df), low, high, df, len(used))

@@ -217,3 +217,29 @@ def test_report_seeds_takes_the_reports_percentages(capsys):
         assert report.main(["seeds", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+def test_a_spread_of_zero_has_no_interval():
+    """Identical values in every sample: the chi-square interval of s = 0 is [0, 0], which the
+    seed-spread line printed as '0.00% [0.00, 0.00]' (a spread known exactly) beside a
+    `report.py seeds --spread 0.00` that report.py refuses. One sample of two (1 degree of
+    freedom) has the wide interval chi-square gives: [0.5 s, 31.9 s]."""
+    from analysis.comparisons import seed_spread_line
+    zero = pooled_spread([[4.6, 4.6], [4.5, 4.5, 4.5]])
+    assert (zero.std, zero.low, zero.high, zero.df, zero.groups) == (0.0, None, None, 3, 2)
+    one = pooled_spread([[1.0, 3.0]])
+    assert one.df == 1 and one.std == pytest.approx(math.sqrt(2))
+    assert one.low == pytest.approx(math.sqrt(2 / scipy_stats.chi2.ppf(0.975, 1)))
+    assert one.high == pytest.approx(math.sqrt(2 / scipy_stats.chi2.ppf(0.025, 1)))
+    assert one.high / one.std == pytest.approx(31.9, abs=0.05) and one.low / one.std == pytest.approx(0.446, abs=1e-3)
+
+    class Cell:
+        def __init__(self, *ppls):
+            self.runs = [type("Run", (), {"test_ppl": p, "seed": i})() for i, p in enumerate(ppls)]
+    line = seed_spread_line([Cell(100.0, 100.0), Cell(95.0, 95.0)], lambda c: "row")
+    assert "**0.00% (every row has identical test ppl: no interval)**" in line
+    assert "row 0.00% (n = 2, identical test ppl: no interval)" in line and "--spread" not in line
+    line = seed_spread_line([Cell(100.0, 100.0), Cell(95.0, 96.0)], lambda c: "row")
+    pooled = pooled_spread([[math.log(100.0)] * 2, [math.log(95.0), math.log(96.0)]])
+    assert f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**" in line
+    assert "row 0.00% (n = 2, identical test ppl: no interval)" in line and "--spread 0.52`" in line
