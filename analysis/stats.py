@@ -50,7 +50,7 @@ class Estimate:
         if self.why_not:
             return f"{text} ({self.why_not}: no interval)"
         return (f"{text} [{format_bound(percent(self.low))}, {format_bound(percent(self.high))}], "
-                f"p = {format_p(self.p)}")
+                f"{p_clause(self.p)}")
 
 
 def percent(log_ratio: float) -> float:
@@ -68,8 +68,21 @@ def format_bound(value: float, digits: int = 1) -> str:
     return text
 
 
+# A t statistic in the millions over tens of degrees of freedom (near-identical runs a side) makes
+# scipy's p underflow to 0, which "p = 0.0e+00" would print as if exact: such a p is shown as a bound.
+SMALLEST_P = 1e-300
+
+
 def format_p(p: float) -> str:
+    if p < SMALLEST_P:
+        return f"< {SMALLEST_P:.0e}"
     return f"{p:.1e}" if p < 1e-3 else f"{p:.2g}"
+
+
+def p_clause(p: float) -> str:
+    """"p = 0.0042", or "p < 1e-300" (format_p)."""
+    text = format_p(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
 def combination(samples: Sequence[Sequence[float]], weights: Sequence[float],

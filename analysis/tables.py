@@ -61,7 +61,8 @@ from .cost import training_device
 from .pooling import compared, differing_keys, refuse_unlike, run_setting
 from .published import (GSS_GRID, PUBLISHED_TABLES, ROBUSTNESS, PublishedRow, PublishedTable, Stat, dataset_label,
                         same_value)
-from .stats import Estimate, percent
+from .stats import SMALLEST_P, Estimate, percent
+from .stats import format_p as format_stats_p
 from .runs import (config_value, dataset_order, head_label, head_order, markdown_table, read_json, read_metrics,
                    read_run_config, write_csv)
 
@@ -465,7 +466,9 @@ def format_rank(values: Sequence[int], runs: int) -> str:
 def format_p(p: float | None) -> str:
     if p is None:
         return "N/A"
-    return "—" if math.isnan(p) else f"{p:.2e}"
+    if math.isnan(p):
+        return "—"
+    return format_stats_p(p) if p < SMALLEST_P else f"{p:.2e}"       # underflowed: a bound, not 0.00e+00
 
 
 def format_stat(stat: Stat, rank: bool = False) -> str:

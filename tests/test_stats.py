@@ -243,3 +243,18 @@ def test_a_spread_of_zero_has_no_interval():
     pooled = pooled_spread([[math.log(100.0)] * 2, [math.log(95.0), math.log(96.0)]])
     assert f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**" in line
     assert "row 0.00% (n = 2, identical test ppl: no interval)" in line and "--spread 0.52`" in line
+
+
+def test_a_p_that_underflows_is_shown_as_a_bound():
+    """25 runs a side, each side's log ppl within 1e-13 of each other: t is in the hundreds of
+    billions over 48 degrees of freedom and scipy's p is 0.0, which printed "p = 0.0e+00" (and
+    Holm's "0.0e+00", the --paper column "0.00e+00") as if exact; it is "p < 1e-300"."""
+    from analysis.stats import format_p
+    from analysis.tables import format_p as format_student_p
+    near = [1e-13 * i for i in range(25)]
+    estimate = welch([math.log(90.0) + x for x in near], [math.log(100.0) + x for x in near])
+    assert estimate.p == 0.0 and estimate.df == pytest.approx(48)
+    assert estimate.describe().endswith("], p < 1e-300") and format_p(holm([estimate.p, 0.5])[0]) == "< 1e-300"
+    assert format_student_p(0.0) == "< 1e-300" and format_student_p(2e-300) == "2.00e-300"
+    assert format_p(2e-300) == "2.0e-300" and format_p(0.0042) == "0.0042"
+    assert Estimate(0.1, (3, 3), 0.05, 0.15, 0.0042, 4.0).describe().endswith("p = 0.0042")
