@@ -329,9 +329,9 @@ def seeds_arguments(parser) -> None:
 
 
 def seeds(args) -> str:
-    from .stats import power_table
+    from .stats import SEEDS_SPREAD_BELOW, power_table
     for spread in args.spread:
-        if not 0 < spread < 100:
+        if not 0 < spread < SEEDS_SPREAD_BELOW:
             raise AnalysisError(f"--spread: expected a percentage between 0 and 100, got {spread:g}")
     if args.cells not in (2, 4):
         raise AnalysisError(f"--cells: expected 2 (one row against another) or 4 (how a gain differs "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .runs import markdown_table
-from .stats import Estimate, format_p, holm, pooled_spread, welch
+from .stats import SEEDS_SPREAD_BELOW, Estimate, format_p, holm, pooled_spread, welch
 
 
 def log_values(runs: Sequence, name: str, exclude_seeds: Sequence[int] = ()) -> list[float]:
@@ -83,9 +83,12 @@ def seed_spread_line(cells: Sequence, label) -> str:
                 f"Each: {each}. The seed spread is unknown here: runs that show none give no "
                 f"interval for it (different seeds agreeing to every digit: check for a copied "
                 f"eval_best.json).")
-    return (text + f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. "
-            f"Each: {each}. The seeds per cell a true difference of c% needs at this spread: "
-            f"`python report.py seeds --change c --spread {100 * pooled.std:.2f}`.")
+    text += f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**. Each: {each}. "
+    if 100 * pooled.std >= SEEDS_SPREAD_BELOW:      # report.py seeds would refuse the command
+        return text + ("Runs of one setting whose test ppl differ by factors: no count of seeds is "
+                       "planned at a spread this large (report.py seeds takes spreads under 100%).")
+    return (text + f"The seeds per cell a true difference of c% needs at this spread: "
+                   f"`python report.py seeds --change c --spread {100 * pooled.std:.2f}`.")
 
 
 def common_epoch_table(compared: Sequence[tuple[str, AtCommonEpoch]], reference: str) -> str:

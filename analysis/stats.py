@@ -143,6 +143,11 @@ class Spread:
     groups: int
 
 
+# report.py seeds plans for a seed spread (the std of log test ppl, in percent) below this: runs
+# of one setting whose perplexities differ by factors are not a spread a seed count can serve.
+SEEDS_SPREAD_BELOW = 100
+
+
 def pooled_spread(samples: Sequence[Sequence[float]], level: float = LEVEL) -> Spread | None:
     """The within-group spread of the samples of two values or more, pooled:
     s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1); None when no sample has two values. Where every

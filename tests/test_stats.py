@@ -243,6 +243,9 @@ def test_a_spread_of_zero_has_no_interval():
     pooled = pooled_spread([[math.log(100.0)] * 2, [math.log(95.0), math.log(96.0)]])
     assert f"**{100 * pooled.std:.2f}% [{100 * pooled.low:.2f}, {100 * pooled.high:.2f}]**" in line
     assert "row 0.00% (n = 2, identical test ppl: no interval)" in line and "--spread 0.52`" in line
+    # a spread of 100% or more: report.py seeds refuses it, so no command is offered
+    line = seed_spread_line([Cell(10.0, 200.0)], lambda c: "row")
+    assert "no count of seeds is planned at a spread this large" in line and "--spread" not in line
 
 
 def test_a_p_that_underflows_is_shown_as_a_bound():
